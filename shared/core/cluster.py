@@ -1,0 +1,155 @@
+"""The cluster model: every node's free CPU, memory and per-GPU milli-share, as numpy arrays.
+
+The layout is struct-of-arrays so that filters and scorers look at all nodes at once without a
+Python loop per node.  Absent GPU slots are padded with capacity 0 and free 0: a padded slot never
+satisfies a request (every GPU request is at least 1 milli) and adds nothing to any sum, so no
+code path needs a separate "does this GPU exist" mask.
+
+Every change to a node bumps ``version[node]``.  Scorers use it to know which cached per-node
+values are stale, and the placement service maps it onto the node's event-stream version for
+optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.core.task import MILLI, NodeSpec, TaskShape
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+AFFINITY_CLASSES = 9
+"""Columns of ``ClusterState.affinity``: 0 = shared-GPU tasks, k = tasks of k whole GPUs (1..8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one task went: the node index and the GPU slots it holds (empty for CPU tasks)."""
+
+    node: int
+    gpus: tuple[int, ...]
+    task: TaskShape
+
+
+class ClusterState:
+    """Free and total resources of every node.  Mutated only through :meth:`place`/:meth:`remove`."""
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        if not nodes:
+            raise ValueError("a cluster needs at least one node")
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique")
+        self.specs: tuple[NodeSpec, ...] = tuple(nodes)
+        self.names: tuple[str, ...] = tuple(names)
+        self.index: dict[str, int] = {name: i for i, name in enumerate(names)}
+        self.models: tuple[str, ...] = tuple(sorted({n.gpu_model for n in nodes if n.gpu_count > 0}))
+        model_pos = {m: i for i, m in enumerate(self.models)}
+        n = len(nodes)
+        self.max_gpus = max(1, max(node.gpu_count for node in nodes))
+        self.cpu_cap: IntArray = np.array([x.cpu_milli for x in nodes], dtype=np.int64)
+        self.mem_cap: IntArray = np.array([x.memory_mib for x in nodes], dtype=np.int64)
+        self.gpu_count: IntArray = np.array([x.gpu_count for x in nodes], dtype=np.int64)
+        self.model_idx: IntArray = np.array(
+            [model_pos[x.gpu_model] if x.gpu_count > 0 else -1 for x in nodes], dtype=np.int64
+        )
+        slots = np.arange(self.max_gpus)[None, :]
+        self.gpu_cap: IntArray = np.where(slots < self.gpu_count[:, None], MILLI, 0).astype(np.int64)
+        self.cpu_free: IntArray = self.cpu_cap.copy()
+        self.mem_free: IntArray = self.mem_cap.copy()
+        self.gpu_free: IntArray = self.gpu_cap.copy()
+        self.affinity: IntArray = np.zeros((n, AFFINITY_CLASSES), dtype=np.int64)
+        self.version: IntArray = np.zeros(n, dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return len(self.names)
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return int(self.gpu_cap.sum())
+
+    def used_gpu_milli(self) -> int:
+        return int((self.gpu_cap - self.gpu_free).sum())
+
+    def copy(self) -> ClusterState:
+        """A deep copy whose arrays can be changed without touching this one (a cycle's snapshot)."""
+        other = object.__new__(ClusterState)
+        other.specs, other.names, other.index = self.specs, self.names, self.index
+        other.models, other.max_gpus = self.models, self.max_gpus
+        other.cpu_cap, other.mem_cap, other.gpu_count = self.cpu_cap, self.mem_cap, self.gpu_count
+        other.model_idx, other.gpu_cap = self.model_idx, self.gpu_cap
+        other.cpu_free = self.cpu_free.copy()
+        other.mem_free = self.mem_free.copy()
+        other.gpu_free = self.gpu_free.copy()
+        other.affinity = self.affinity.copy()
+        other.version = self.version.copy()
+        return other
+
+    def model_mask(self, models: tuple[str, ...]) -> BoolArray:
+        """Nodes whose GPU model is one of ``models`` (every GPU node when ``models`` is empty)."""
+        if not models:
+            return self.gpu_count > 0
+        wanted = [i for i, m in enumerate(self.models) if m in models]
+        return np.isin(self.model_idx, wanted)
+
+    def fits(self, node: int, task: TaskShape, gpus: tuple[int, ...]) -> bool:
+        """Whether ``task`` fits on ``node`` using exactly the GPU slots ``gpus``."""
+        if self.cpu_free[node] < task.cpu_milli or self.mem_free[node] < task.memory_mib:
+            return False
+        if len(gpus) != task.num_gpu or len(set(gpus)) != len(gpus):
+            return False
+        if task.num_gpu and task.gpu_models:
+            model = self.models[self.model_idx[node]] if self.model_idx[node] >= 0 else ""
+            if model not in task.gpu_models:
+                return False
+        return all(0 <= g < self.max_gpus and self.gpu_free[node, g] >= task.gpu_milli for g in gpus)
+
+    def place(self, node: int, task: TaskShape, gpus: tuple[int, ...]) -> Placement:
+        """Take ``task``'s resources on ``node``.  Raises ``ValueError`` rather than over-commit."""
+        if not self.fits(node, task, gpus):
+            raise ValueError(f"{task} does not fit on node {self.names[node]} with GPUs {gpus}")
+        self.cpu_free[node] -= task.cpu_milli
+        self.mem_free[node] -= task.memory_mib
+        for g in gpus:
+            self.gpu_free[node, g] -= task.gpu_milli
+        if task.affinity_class >= 0:
+            self.affinity[node, task.affinity_class] += 1
+        self.version[node] += 1
+        return Placement(node=node, gpus=gpus, task=task)
+
+    def remove(self, placement: Placement) -> None:
+        """Give a placement's resources back; the node returns exactly to its earlier free state."""
+        node, task = placement.node, placement.task
+        if self.cpu_free[node] + task.cpu_milli > self.cpu_cap[node] or (
+            self.mem_free[node] + task.memory_mib > self.mem_cap[node]
+        ):
+            raise ValueError(f"removing {placement} would exceed node capacity")
+        for g in placement.gpus:
+            if self.gpu_free[node, g] + task.gpu_milli > self.gpu_cap[node, g]:
+                raise ValueError(f"removing {placement} would exceed GPU {g} capacity")
+        self.cpu_free[node] += task.cpu_milli
+        self.mem_free[node] += task.memory_mib
+        for g in placement.gpus:
+            self.gpu_free[node, g] += task.gpu_milli
+        if task.affinity_class >= 0:
+            self.affinity[node, task.affinity_class] -= 1
+        self.version[node] += 1
+
+    def free_state(self, node: int) -> tuple[int, int, tuple[int, ...]]:
+        """The node's free (cpu, memory, per-GPU) resources, for tests and reports."""
+        gpus = tuple(int(x) for x in self.gpu_free[node, : self.gpu_count[node]])
+        return int(self.cpu_free[node]), int(self.mem_free[node]), gpus
+
+
+def first_free_gpus(gpu_free_row: IntArray, count: int) -> tuple[int, ...]:
+    """The lowest-indexed ``count`` fully free GPU slots of one node (how whole GPUs are handed out)."""
+    free = np.flatnonzero(gpu_free_row == MILLI)
+    if free.size < count:
+        raise ValueError(f"only {free.size} whole GPUs free, {count} needed")
+    return tuple(int(g) for g in free[:count])

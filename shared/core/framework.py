@@ -1,0 +1,158 @@
+"""The plugin framework: filter and score extension points, statuses, and one placement decision.
+
+Shaped after the Kubernetes scheduler framework, but vectorised: a filter returns a boolean mask
+over all nodes and a scorer returns one score per feasible node, so one decision is a handful of
+numpy operations instead of a Python loop per node.
+
+Contracts:
+
+* A filter is pure: it reads the cluster and the task and returns a mask; it never mutates.
+* A scorer may keep caches, but only keyed by ``ClusterState.version`` so a stale value can never
+  be used; given the same cluster, task and generator state it returns the same scores.
+* Higher scores are better.  Ties go to the lowest node index: deterministic and stable.  The
+  simulator reproduces the FGD artifact's node order (a seeded permutation, from the random name
+  prefixes it gives nodes) by permuting the inventory, not by random tie-breaks.
+* Expected outcomes are statuses, never exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.core.cluster import BoolArray, ClusterState, first_free_gpus
+from shared.core.task import TaskShape
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class Code(str, Enum):
+    """Outcome of scheduling one task (Kubernetes framework names)."""
+
+    SUCCESS = "Success"
+    UNSCHEDULABLE = "Unschedulable"
+    """No node fits now; it may fit after something leaves."""
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "UnschedulableAndUnresolvable"
+    """No node could ever fit, even empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    code: Code
+    plugin: str = ""
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Code.SUCCESS
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    """Removes nodes a task cannot run on.  Must be pure."""
+
+    name: str
+
+    def filter(self, cluster: ClusterState, task: TaskShape) -> BoolArray:
+        """Mask over all nodes: True where the task fits as far as this filter is concerned."""
+        ...
+
+    def could_ever_fit(self, cluster: ClusterState, task: TaskShape) -> BoolArray:
+        """The same test against empty nodes, to tell 'not now' from 'never'."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """Scores of the feasible nodes, in the order of the ``feasible`` index array given.
+
+    ``gpu`` optionally names, per feasible node, the GPU slot a shared task should take there;
+    scorers that have no opinion leave it ``None`` and the default best-fit GPU choice applies.
+    """
+
+    values: FloatArray
+    gpu: IntArray | None = None
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    """Ranks feasible nodes (higher is better) and may pick the GPU for a shared task."""
+
+    name: str
+
+    def score(
+        self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator
+    ) -> Scores: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a task goes, or why it cannot go anywhere."""
+
+    status: Status
+    node: int = -1
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named scheduling policy: the filters, then one scorer."""
+
+    name: str
+    filters: Sequence[FilterPlugin]
+    scorer: ScorePlugin
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def feasible(self, cluster: ClusterState, task: TaskShape) -> tuple[BoolArray, Status]:
+        """Mask of nodes passing every filter, and the status naming the first filter that emptied it."""
+        mask = np.ones(cluster.size, dtype=np.bool_)
+        for plugin in self.filters:
+            mask &= plugin.filter(cluster, task)
+            if not mask.any():
+                ever = np.ones(cluster.size, dtype=np.bool_)
+                for p in self.filters:
+                    ever &= p.could_ever_fit(cluster, task)
+                code = Code.UNSCHEDULABLE if ever.any() else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                return mask, Status(code, plugin.name, _reason(plugin.name, task, code))
+        return mask, Status(Code.SUCCESS)
+
+
+def _reason(plugin: str, task: TaskShape, code: Code) -> str:
+    when = "no node can ever hold" if code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE else "no node has room for"
+    return (
+        f"{plugin}: {when} cpu={task.cpu_milli}m memory={task.memory_mib}Mi "
+        f"gpu={task.num_gpu}x{task.gpu_milli}m models={list(task.gpu_models) or 'any'}"
+    )
+
+
+def best_fit_gpu(cluster: ClusterState, node: int, task: TaskShape) -> int:
+    """The GPU slot with the least free share that still fits a shared task (first on ties)."""
+    row = cluster.gpu_free[node]
+    fits = row >= task.gpu_milli
+    candidates = np.where(fits, row, np.iinfo(np.int64).max)
+    return int(np.argmin(candidates))
+
+
+def decide(cluster: ClusterState, task: TaskShape, profile: Profile, rng: np.random.Generator) -> Decision:
+    """Filter, score and choose one node (and GPU slots) for ``task``.  Does not change ``cluster``."""
+    mask, status = profile.feasible(cluster, task)
+    if not status.ok:
+        return Decision(status)
+    feasible = np.flatnonzero(mask).astype(np.int64)
+    scores = profile.scorer.score(cluster, task, feasible, rng)
+    pos = int(np.argmax(scores.values))  # first maximum: ties go to the lowest node index
+    node = int(feasible[pos])
+    if task.num_gpu == 0:
+        gpus: tuple[int, ...] = ()
+    elif task.is_shared:
+        gpu = int(scores.gpu[pos]) if scores.gpu is not None else best_fit_gpu(cluster, node, task)
+        gpus = (gpu,)
+    else:
+        gpus = first_free_gpus(cluster.gpu_free[node], task.num_gpu)
+    return Decision(Status(Code.SUCCESS, profile.scorer.name), node, gpus)

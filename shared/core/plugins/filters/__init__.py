@@ -1,0 +1,1 @@
+"""Filter plugins: masks of the nodes a task can run on."""

@@ -1,0 +1,1 @@
+"""Score plugins: rank the feasible nodes for one task (higher is better)."""
