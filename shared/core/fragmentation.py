@@ -99,7 +99,8 @@ class TypicalWorkload:
 class FragmentationModel:
     """Computes F_n for batches of node states against one typical workload on one cluster."""
 
-    def __init__(self, workload: TypicalWorkload, cluster_models: tuple[str, ...]) -> None:
+    def __init__(self, workload: TypicalWorkload, cluster_models: tuple[str, ...], mode: str = "fgd") -> None:
+        self.mode = mode
         gpu = workload.num_gpu > 0
         self.cpu_only_freq = float(workload.freq[~gpu].sum())
         self.t_cpu = workload.cpu[gpu]
@@ -117,6 +118,15 @@ class FragmentationModel:
         result = self.cpu_only_freq * total
         if self.t_freq.size == 0:
             return result
+        if self.mode == "packing":
+            return result + self._packing(cpu_free, gpu_free, model_idx, total)
+        extra = 0.0
+        if self.mode.startswith("mix"):
+            alpha = float(self.mode[3:])
+            extra = alpha * self._packing(cpu_free, gpu_free, model_idx, total)
+        if self.mode.startswith("fgdcpu"):
+            alpha = float(self.mode[6:])
+            extra = alpha * self._cpu_stranded(cpu_free, gpu_free, model_idx)
         ge = gpu_free[:, :, None] >= self.thresholds[None, None, :]
         count = ge.sum(axis=1)
         usable = (gpu_free[:, :, None] * ge).sum(axis=1)
@@ -125,8 +135,29 @@ class FragmentationModel:
         ok &= cpu_free[:, None] >= self.t_cpu[None, :]
         ok &= self.access[model_idx]
         contrib = np.where(ok, small[:, self.t_thr], total[:, None])
-        frag: FloatArray = result + contrib @ self.t_freq
+        frag: FloatArray = result + contrib @ self.t_freq + extra
         return frag
+
+
+    def _packing(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, total: FloatArray) -> FloatArray:
+        per_gpu = gpu_free[:, :, None] // self.thresholds[None, None, :]  # tasks each GPU could take
+        k_gpu = per_gpu.sum(axis=1)[:, self.t_thr] // self.t_num[None, :]
+        cpu = np.maximum(self.t_cpu, 1)
+        k_cpu = cpu_free[:, None] // cpu[None, :]
+        k = np.minimum(k_gpu, k_cpu) * self.access[model_idx]
+        usable = k * (self.thresholds[self.t_thr] * self.t_num)[None, :]
+        frag: FloatArray = (total[:, None] - usable) @ self.t_freq
+        return frag
+
+
+    def _cpu_stranded(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        per_gpu = gpu_free[:, :, None] // self.thresholds[None, None, :]
+        k_gpu = per_gpu.sum(axis=1)[:, self.t_thr] // self.t_num[None, :]
+        cpu = np.maximum(self.t_cpu, 1)
+        k_cpu = cpu_free[:, None] // cpu[None, :]
+        lost = (k_gpu - np.minimum(k_gpu, k_cpu)) * self.access[model_idx]
+        stranded: FloatArray = (lost * (self.thresholds[self.t_thr] * self.t_num)[None, :]) @ self.t_freq
+        return stranded
 
 
 class NodeFragmentation:

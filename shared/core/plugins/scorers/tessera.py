@@ -1,11 +1,4 @@
-"""Score: FGD, fragmentation gradient descent (Weng et al., ATC '23).
-
-Place the task where the expected fragmentation of the cluster grows least, and for a shared
-task also on the GPU where it grows least.  Reproduces the paper artifact's scoring exactly,
-including its quantisation: the node score is ``int(sigmoid(-delta / 1000) * 100)`` with delta the
-node's fragmentation increase in milli-GPU, the GPU of a shared task is the first with the best
-quantised score, and equal node scores go to the first node in the (seeded) node order.
-"""
+"""Score: Tessera's default policy (experimental parametrisation while tuning)."""
 
 from __future__ import annotations
 
@@ -24,7 +17,8 @@ from shared.core.fragmentation import (
 )
 from shared.core.framework import Scores
 from shared.core.node_cache import NodeValueCache
-from shared.core.task import TaskShape
+from shared.core.plugins.scorers.fgd import best_per_node
+from shared.core.task import MILLI, TaskShape
 
 NAME = "tessera"
 
@@ -32,27 +26,23 @@ NAME = "tessera"
 class Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
     workload: TypicalWorkload
-
-
-def quantised_score(delta: FloatArray) -> FloatArray:
-    """kube-scheduler int64 score of a fragmentation increase ``delta`` (milli-GPU)."""
-    result: FloatArray = np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
-    return result
-
-
-def best_per_node(owner: IntArray, values: FloatArray, groups: int) -> tuple[FloatArray, IntArray]:
-    """Max of ``values`` per owner group and the first position holding it (owner sorted asc)."""
-    best = np.full(groups, -np.inf)
-    np.maximum.at(best, owner, values)
-    hit = values == best[owner]
-    first = np.full(groups, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, owner[hit], np.flatnonzero(hit))
-    return best, first
+    gpu_fit_weight: float = 0.0
+    node_fit_weight: float = 0.0
+    band: float = 0.0
+    cpu_weight: float = 0.0
+    exact_gpu: bool = False
+    mode: str = "fgd"
 
 
 @dataclass
 class TesseraScorer:
     workload: TypicalWorkload
+    gpu_fit_weight: float = 0.0
+    node_fit_weight: float = 0.0
+    band: float = 0.0
+    cpu_weight: float = 0.0
+    exact_gpu: bool = False
+    mode: str = "fgd"
     name: str = NAME
     _model: FragmentationModel | None = field(default=None, init=False, repr=False)
     _now: NodeFragmentation | None = field(default=None, init=False, repr=False)
@@ -60,10 +50,15 @@ class TesseraScorer:
 
     def _bind(self, cluster: ClusterState) -> tuple[FragmentationModel, NodeFragmentation, NodeValueCache]:
         if self._model is None or self._now is None or self._cache is None:
-            self._model = FragmentationModel(self.workload, cluster.models)
+            self._model = FragmentationModel(self.workload, cluster.models, self.mode)
             self._now = NodeFragmentation(self._model, cluster)
             self._cache = NodeValueCache(cluster.size)
         return self._model, self._now, self._cache
+
+    def _ratio(self) -> float:
+        w = self.workload
+        g = w.num_gpu > 0
+        return float((w.freq[g] * w.cpu[g]).sum() / (w.freq[g] * w.num_gpu[g] * w.gpu_milli[g]).sum())
 
     def score(
         self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator
@@ -74,11 +69,27 @@ class TesseraScorer:
         def compute(nodes: IntArray) -> tuple[FloatArray, IntArray]:
             cpu, gpu, mdl, owner = after_states(cluster, nodes, task)
             after = model.frag(cpu, gpu, mdl)
-            per_state = quantised_score(after - now[nodes][owner])
+            value = -(after - now[nodes][owner])
+            if self.cpu_weight:
+                r = self._ratio()
+                s_after = np.maximum(0.0, gpu.sum(axis=1) - cpu / r)
+                s_now = np.maximum(0.0, cluster.gpu_free[nodes].sum(axis=1) - cluster.cpu_free[nodes] / r)[owner]
+                value = value - self.cpu_weight * (s_after - s_now)
+            exact = value.copy()
+            if self.band > 0:
+                value = np.floor(100.0 / (1.0 + np.exp(-value / self.band)))
+            node_left = gpu.sum(axis=1) / (MILLI * cluster.max_gpus)
+            value = value - self.node_fit_weight * node_left
             if not task.is_shared:
-                return per_state, np.full(nodes.size, -1, dtype=np.int64)
+                return value, np.full(nodes.size, -1, dtype=np.int64)
             _, slot = np.nonzero(cluster.gpu_free[nodes] >= task.gpu_milli)
-            best, first = best_per_node(owner, per_state, nodes.size)
+            left = gpu[np.arange(owner.size), slot] / MILLI
+            value = value - self.gpu_fit_weight * left
+            best, first = best_per_node(owner, value, nodes.size)
+            if self.exact_gpu:
+                # GPU: best exact value among the GPUs sharing the node's best quantised score.
+                cand = np.where(value == best[owner], exact - self.gpu_fit_weight * left * 0, -np.inf)
+                _, first = best_per_node(owner, cand, nodes.size)
             return best, slot[first].astype(np.int64)
 
         values, gpu = cache.lookup(cluster, task, feasible, compute)
@@ -86,4 +97,9 @@ class TesseraScorer:
 
 
 def build(args: Args) -> TesseraScorer:
-    return TesseraScorer(workload=args.workload)
+    return TesseraScorer(
+        workload=args.workload,
+        gpu_fit_weight=args.gpu_fit_weight,
+        node_fit_weight=args.node_fit_weight,
+        band=args.band, cpu_weight=args.cpu_weight, exact_gpu=args.exact_gpu, mode=args.mode,
+    )

@@ -1,0 +1,35 @@
+"""Commands: imperative requests produced to Kafka (``tessera.submissions`` and friends)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.job import JobId, JobSpec
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = 1
+
+
+class SubmitJob(_Command):
+    type: Literal["SubmitJob"] = "SubmitJob"
+    spec: JobSpec
+
+
+class CancelJob(_Command):
+    type: Literal["CancelJob"] = "CancelJob"
+    job_id: JobId
+    reason: str = ""
+
+
+class DrainNode(_Command):
+    type: Literal["DrainNode"] = "DrainNode"
+    node: str
+    reason: str = ""
+
+
+Command = Annotated[SubmitJob | CancelJob | DrainNode, Field(discriminator="type")]
+CommandAdapter: TypeAdapter[Command] = TypeAdapter(Command)

@@ -1,0 +1,135 @@
+"""Events: past-tense facts appended to the event store and relayed on ``tessera.events``.
+
+One frozen model per event, ``extra="forbid"``, a ``schema_version``, and a ``type`` literal that
+makes :data:`Event` a discriminated union (decode with ``EventAdapter.validate_json``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.job import JobId, JobSpec
+from schemas.node import NodeInventory
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = 1
+
+
+class JobAdmitted(_Event):
+    type: Literal["JobAdmitted"] = "JobAdmitted"
+    spec: JobSpec
+
+
+class JobRejected(_Event):
+    type: Literal["JobRejected"] = "JobRejected"
+    job_id: str
+    code: Literal["invalid", "duplicate", "unknown-queue", "forbidden", "over-quota", "impossible"]
+    reason: str
+
+
+class TaskBinding(BaseModel):
+    """One replica's place: node, GPU slots and resources taken."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    task: int = Field(ge=0)
+    node: str
+    gpus: list[int] = Field(default_factory=list)
+    gpu_milli: int = Field(0, ge=0, le=1000)
+    cpu_milli: int = Field(ge=0)
+    memory_mib: int = Field(ge=0)
+    cpuset: list[int] = Field(default_factory=list)
+    numa_node: int | None = None
+
+
+class JobPlaced(_Event):
+    type: Literal["JobPlaced"] = "JobPlaced"
+    job_id: JobId
+    bindings: list[TaskBinding]
+    policy: str
+    node_versions: dict[str, int] = Field(description="node stream versions the decision read")
+
+
+class JobStarted(_Event):
+    type: Literal["JobStarted"] = "JobStarted"
+    job_id: JobId
+    node: str
+    task: int = 0
+    pid: int | None = None
+
+
+class JobFinished(_Event):
+    type: Literal["JobFinished"] = "JobFinished"
+    job_id: JobId
+    node: str
+    task: int = 0
+
+
+class JobFailed(_Event):
+    type: Literal["JobFailed"] = "JobFailed"
+    job_id: JobId
+    node: str
+    task: int = 0
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class JobCancelled(_Event):
+    type: Literal["JobCancelled"] = "JobCancelled"
+    job_id: JobId
+    reason: str = ""
+
+
+class PreemptionRequested(_Event):
+    type: Literal["PreemptionRequested"] = "PreemptionRequested"
+    job_id: JobId
+    by_job: JobId
+    grace_s: float = Field(ge=0)
+
+
+class JobPreempted(_Event):
+    type: Literal["JobPreempted"] = "JobPreempted"
+    job_id: JobId
+    by_job: JobId
+    checkpointed: bool = False
+
+
+class NodeRegistered(_Event):
+    type: Literal["NodeRegistered"] = "NodeRegistered"
+    inventory: NodeInventory
+
+
+class NodeDrained(_Event):
+    type: Literal["NodeDrained"] = "NodeDrained"
+    node: str
+    reason: str = ""
+
+
+class TelemetrySampled(_Event):
+    type: Literal["TelemetrySampled"] = "TelemetrySampled"
+    node: str
+    gpu_util_pct: list[float] = Field(default_factory=list)
+    gpu_memory_used_mib: list[int] = Field(default_factory=list)
+    gpu_power_w: list[float] = Field(default_factory=list)
+    cpu_util_pct: float = 0.0
+
+
+Event = Annotated[
+    JobAdmitted
+    | JobRejected
+    | JobPlaced
+    | JobStarted
+    | JobFinished
+    | JobFailed
+    | JobCancelled
+    | PreemptionRequested
+    | JobPreempted
+    | NodeRegistered
+    | NodeDrained
+    | TelemetrySampled,
+    Field(discriminator="type"),
+]
+EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)

@@ -1,0 +1,1 @@
+"""The ``tessera`` command line."""
