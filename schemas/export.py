@@ -18,9 +18,18 @@ MODELS: dict[str, type[BaseModel]] = {
     **{
         cls.__name__: cls
         for cls in (
-            events.JobAdmitted, events.JobRejected, events.JobPlaced, events.JobStarted,
-            events.JobFinished, events.JobFailed, events.JobCancelled, events.PreemptionRequested,
-            events.JobPreempted, events.NodeRegistered, events.NodeDrained, events.TelemetrySampled,
+            events.JobAdmitted,
+            events.JobRejected,
+            events.JobPlaced,
+            events.JobStarted,
+            events.JobFinished,
+            events.JobFailed,
+            events.JobCancelled,
+            events.PreemptionRequested,
+            events.JobPreempted,
+            events.NodeRegistered,
+            events.NodeDrained,
+            events.TelemetrySampled,
         )
     },
 }

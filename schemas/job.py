@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.quantities import CpuMilli, GpuShareMilli, MemoryMiB, Percent
 
-JobId = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$", description="job id: lowercase, digits, . _ -")]
+JobId = Annotated[
+    str,
+    Field(pattern=r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$", description="job id: lowercase, digits, . _ -"),
+]
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")]
 _MIG = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb)$")
 
@@ -41,9 +44,13 @@ class Resources(_Model):
     gpu_share: GpuShareMilli | None = Field(
         None, alias="gpu-share", description="fraction of one GPU: '500m', 0.5 or '50%' (milli-GPU)"
     )
-    gpu_memory: MemoryMiB | None = Field(None, alias="gpu-memory", description="GPU memory for a share, e.g. 10Gi")
+    gpu_memory: MemoryMiB | None = Field(
+        None, alias="gpu-memory", description="GPU memory for a share, e.g. 10Gi"
+    )
     gpu_compute: Percent | None = Field(None, alias="gpu-compute", description="percent of a GPU's compute")
-    mig: dict[str, int] = Field(default_factory=dict, description="MIG slices by profile, e.g. {'1g.10gb': 1}")
+    mig: dict[str, int] = Field(
+        default_factory=dict, description="MIG slices by profile, e.g. {'1g.10gb': 1}"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -67,13 +74,17 @@ class Resources(_Model):
     def _mig_counts(cls, value: dict[str, int]) -> dict[str, int]:
         for profile, count in value.items():
             if not re.match(r"^\d+g\.\d+gb$", profile) or count < 1:
-                raise ValueError(f"MIG request {profile!r}: {count} must be a profile like '1g.10gb' with count >= 1")
+                raise ValueError(
+                    f"MIG request {profile!r}: {count} must be a profile like '1g.10gb' with count >= 1"
+                )
         return value
 
     @model_validator(mode="after")
     def _coherent(self) -> Resources:
         if self.gpu_share is not None and self.gpu > 1:
-            raise ValueError("gpu-share is a fraction of one GPU; it cannot be combined with nvidia.com/gpu > 1")
+            raise ValueError(
+                "gpu-share is a fraction of one GPU; it cannot be combined with nvidia.com/gpu > 1"
+            )
         if self.mig and (self.gpu or self.gpu_share is not None):
             raise ValueError("a MIG slice cannot be combined with whole or shared GPUs in one replica")
         if (self.gpu_memory is not None or self.gpu_compute is not None) and self.gpu_share is None:
@@ -115,7 +126,9 @@ class ElasticRange(_Model):
         if isinstance(data, str):
             match = re.match(r"^\s*(\d+)\s*:\s*(\d+)\s*$", data)
             if not match:
-                raise ValueError(f"elastic range {data!r} must look like '2:8' (min:max replicas, as torchrun)")
+                raise ValueError(
+                    f"elastic range {data!r} must look like '2:8' (min:max replicas, as torchrun)"
+                )
             return {"min": int(match.group(1)), "max": int(match.group(2))}
         return data
 
@@ -139,18 +152,24 @@ class JobSpec(_Model):
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first and may preempt lower")
     priority_class: Name | None = Field(None, alias="priority-class")
     replicas: int = Field(1, ge=1, le=4096)
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
-    gpu_type: list[str] = Field(default_factory=list, alias="gpu-type", description="accepted GPU models; empty: any")
+    resources: Resources = Field(default_factory=Resources)
+    gpu_type: list[str] = Field(
+        default_factory=list, alias="gpu-type", description="accepted GPU models; empty: any"
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, alias="node-selector")
     tolerations: list[Toleration] = Field(default_factory=list)
     gang: GangSpec | None = None
     elastic: ElasticRange | None = None
     numa_binding: Literal["none", "preferred", "required"] = Field("preferred", alias="numa-binding")
-    rack_affinity: Literal["none", "same-rack", "same-switch", "same-nvlink"] = Field("none", alias="rack-affinity")
+    rack_affinity: Literal["none", "same-rack", "same-switch", "same-nvlink"] = Field(
+        "none", alias="rack-affinity"
+    )
     checkpointable: bool = False
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    duration_s: float | None = Field(None, alias="duration-s", gt=0, description="expected run time (simulated agents)")
+    duration_s: float | None = Field(
+        None, alias="duration-s", gt=0, description="expected run time (simulated agents)"
+    )
 
     @field_validator("gpu_type", mode="before")
     @classmethod
@@ -164,7 +183,9 @@ class JobSpec(_Model):
         if self.gang is not None and self.gang.min_member > self.replicas:
             raise ValueError(f"gang.min-member {self.gang.min_member} exceeds replicas {self.replicas}")
         if self.elastic is not None and not self.elastic.min <= self.replicas <= self.elastic.max:
-            raise ValueError(f"replicas {self.replicas} outside elastic range {self.elastic.min}:{self.elastic.max}")
+            raise ValueError(
+                f"replicas {self.replicas} outside elastic range {self.elastic.min}:{self.elastic.max}"
+            )
         if self.gpu_type and self.resources.num_gpu == 0 and not self.resources.mig:
             raise ValueError("gpu-type selects GPU models, but the job requests no GPU")
         return self

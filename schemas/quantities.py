@@ -12,12 +12,22 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, PlainSerializer
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10**3), "M": Decimal(10**6),
-            "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-_QUANTITY = re.compile(r"^\s*([+]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*$")
+_DECIMAL = {
+    "m": Decimal("0.001"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
+_QUANTITY = re.compile(
+    r"^\s*([+]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*$"
+)
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -57,7 +67,7 @@ def cpu_milli(value: object) -> int:
 def memory_mib(value: object) -> int:
     """Memory as MiB, rounded up: ``'32Gi'`` -> 32768, ``'1G'`` -> 954, bare integers are bytes."""
     raw = parse_quantity(value)
-    return int(math.ceil(raw / Decimal(2**20)))
+    return math.ceil(raw / Decimal(2**20))
 
 
 def gpu_share_milli(value: object) -> int:
@@ -89,7 +99,11 @@ def percent(value: object) -> int:
     return int(number)
 
 
-CpuMilli = Annotated[int, BeforeValidator(cpu_milli)]
-MemoryMiB = Annotated[int, BeforeValidator(memory_mib)]
-GpuShareMilli = Annotated[int, BeforeValidator(gpu_share_milli)]
+# Stored as integers in the core's units; serialised back as unambiguous quantity strings so a
+# message survives a round trip (a bare 8000 would read back as 8000 cores).
+CpuMilli = Annotated[int, BeforeValidator(cpu_milli), PlainSerializer(lambda v: f"{v}m", return_type=str)]
+MemoryMiB = Annotated[int, BeforeValidator(memory_mib), PlainSerializer(lambda v: f"{v}Mi", return_type=str)]
+GpuShareMilli = Annotated[
+    int, BeforeValidator(gpu_share_milli), PlainSerializer(lambda v: f"{v}m", return_type=str)
+]
 Percent = Annotated[int, BeforeValidator(percent)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -24,21 +24,35 @@ app = typer.Typer(
 console = Console()
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     fill = "fill"
     timeline = "timeline"
 
 
 @app.command()
 def simulate(
-    nodes: Annotated[Path, typer.Option(help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")] = DEFAULT_NODES,
-    pods: Annotated[Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, ...)")] = DEFAULT_PODS,
-    policy: Annotated[str, typer.Option(help=f"comma-separated policies: {' '.join(POLICY_NAMES)}")] = DEFAULT_POLICY,
+    nodes: Annotated[
+        Path, typer.Option(help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")
+    ] = DEFAULT_NODES,
+    pods: Annotated[
+        Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, ...)")
+    ] = DEFAULT_PODS,
+    policy: Annotated[
+        str, typer.Option(help=f"comma-separated policies: {' '.join(POLICY_NAMES)}")
+    ] = DEFAULT_POLICY,
     seeds: Annotated[str, typer.Option(help="seeds, e.g. 42-51 or 42,43")] = "42",
-    mode: Annotated[Mode, typer.Option(help="fill: FGD paper protocol; timeline: arrivals and departures")] = Mode.fill,
-    out: Annotated[Path, typer.Option(help="output folder for summary.json, curves.csv, figures")] = Path("out/sim"),
-    inflation: Annotated[float, typer.Option(help="fill: arrive pods up to this multiple of the cluster's GPUs")] = 1.3,
-    speedup: Annotated[float, typer.Option(help="timeline: divide arrival times by this (run times unchanged)")] = 1.0,
+    mode: Annotated[
+        Mode, typer.Option(help="fill: FGD paper protocol; timeline: arrivals and departures")
+    ] = Mode.fill,
+    out: Annotated[Path, typer.Option(help="output folder for summary.json, curves.csv, figures")] = Path(
+        "out/sim"
+    ),
+    inflation: Annotated[
+        float, typer.Option(help="fill: arrive pods up to this multiple of the cluster's GPUs")
+    ] = 1.3,
+    speedup: Annotated[
+        float, typer.Option(help="timeline: divide arrival times by this (run times unchanged)")
+    ] = 1.0,
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
     """Replay a trace through the scheduling core and compare policies (FGD paper's figures)."""
@@ -48,7 +62,9 @@ def simulate(
     chosen = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in chosen if p not in POLICY_NAMES]
     if unknown or not chosen:
-        raise typer.BadParameter(f"unknown policy {unknown}; choose from {', '.join(POLICY_NAMES)}", param_hint="--policy")
+        raise typer.BadParameter(
+            f"unknown policy {unknown}; choose from {', '.join(POLICY_NAMES)}", param_hint="--policy"
+        )
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
@@ -63,7 +79,9 @@ def simulate(
 
 
 @app.command()
-def schema(out: Annotated[Path, typer.Option(help="folder for the JSON Schema files")] = Path("out/schemas")) -> None:
+def schema(
+    out: Annotated[Path, typer.Option(help="folder for the JSON Schema files")] = Path("out/schemas"),
+) -> None:
     """Write the JSON Schema of every job spec, command and event."""
     from schemas.export import write_schemas
 

@@ -72,7 +72,9 @@ class TypicalWorkload:
         return cls.from_shapes(kept)
 
     @classmethod
-    def from_shapes(cls, shapes: list[tuple[tuple[int, int, int, tuple[str, ...]], float]]) -> TypicalWorkload:
+    def from_shapes(
+        cls, shapes: list[tuple[tuple[int, int, int, tuple[str, ...]], float]]
+    ) -> TypicalWorkload:
         weights = np.array([w for _, w in shapes], dtype=np.float64)
         return cls(
             cpu=np.array([s[0] for s, _ in shapes], dtype=np.int64),
@@ -93,14 +95,14 @@ class TypicalWorkload:
                 [[not ms or m in ms for ms in self.models] for m in cluster_models], dtype=np.bool_
             ).reshape(len(cluster_models), len(self.models))
             self._access[cluster_models] = cached
-        return cached
+        result: npt.NDArray[np.bool_] = cached
+        return result
 
 
 class FragmentationModel:
     """Computes F_n for batches of node states against one typical workload on one cluster."""
 
-    def __init__(self, workload: TypicalWorkload, cluster_models: tuple[str, ...], mode: str = "fgd") -> None:
-        self.mode = mode
+    def __init__(self, workload: TypicalWorkload, cluster_models: tuple[str, ...]) -> None:
         gpu = workload.num_gpu > 0
         self.cpu_only_freq = float(workload.freq[~gpu].sum())
         self.t_cpu = workload.cpu[gpu]
@@ -115,18 +117,9 @@ class FragmentationModel:
     def frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
         """F_n in milli-GPU for each of K node states: cpu_free (K,), gpu_free (K, G), model (K,)."""
         total = gpu_free.sum(axis=1).astype(np.float64)
-        result = self.cpu_only_freq * total
+        result: FloatArray = self.cpu_only_freq * total
         if self.t_freq.size == 0:
             return result
-        if self.mode == "packing":
-            return result + self._packing(cpu_free, gpu_free, model_idx, total)
-        extra = 0.0
-        if self.mode.startswith("mix"):
-            alpha = float(self.mode[3:])
-            extra = alpha * self._packing(cpu_free, gpu_free, model_idx, total)
-        if self.mode.startswith("fgdcpu"):
-            alpha = float(self.mode[6:])
-            extra = alpha * self._cpu_stranded(cpu_free, gpu_free, model_idx)
         ge = gpu_free[:, :, None] >= self.thresholds[None, None, :]
         count = ge.sum(axis=1)
         usable = (gpu_free[:, :, None] * ge).sum(axis=1)
@@ -135,29 +128,27 @@ class FragmentationModel:
         ok &= cpu_free[:, None] >= self.t_cpu[None, :]
         ok &= self.access[model_idx]
         contrib = np.where(ok, small[:, self.t_thr], total[:, None])
-        frag: FloatArray = result + contrib @ self.t_freq + extra
+        frag: FloatArray = result + contrib @ self.t_freq
         return frag
 
+    def packing_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """Idle milli-GPU left over if the node were filled with tasks of each typical shape.
 
-    def _packing(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, total: FloatArray) -> FloatArray:
-        per_gpu = gpu_free[:, :, None] // self.thresholds[None, None, :]  # tasks each GPU could take
-        k_gpu = per_gpu.sum(axis=1)[:, self.t_thr] // self.t_num[None, :]
-        cpu = np.maximum(self.t_cpu, 1)
-        k_cpu = cpu_free[:, None] // cpu[None, :]
-        k = np.minimum(k_gpu, k_cpu) * self.access[model_idx]
-        usable = k * (self.thresholds[self.t_thr] * self.t_num)[None, :]
-        frag: FloatArray = (total[:, None] - usable) @ self.t_freq
-        return frag
-
-
-    def _cpu_stranded(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        Per shape m: the node takes ``k = min(tasks its GPUs hold, cpu_free // cpu_m)`` tasks
+        (``floor(free / request)`` per GPU for a share, whole free GPUs for whole-GPU tasks), and
+        ``idle - k * request`` is lost to m.  Popularity-weighted like :meth:`frag`, over the GPU
+        shapes only: CPU-only shapes, which lose every idle GPU, are already counted by :meth:`frag`.
+        """
+        total = gpu_free.sum(axis=1).astype(np.float64)
+        if self.t_freq.size == 0:
+            return np.zeros_like(total)
         per_gpu = gpu_free[:, :, None] // self.thresholds[None, None, :]
         k_gpu = per_gpu.sum(axis=1)[:, self.t_thr] // self.t_num[None, :]
-        cpu = np.maximum(self.t_cpu, 1)
-        k_cpu = cpu_free[:, None] // cpu[None, :]
-        lost = (k_gpu - np.minimum(k_gpu, k_cpu)) * self.access[model_idx]
-        stranded: FloatArray = (lost * (self.thresholds[self.t_thr] * self.t_num)[None, :]) @ self.t_freq
-        return stranded
+        k_cpu = cpu_free[:, None] // np.maximum(self.t_cpu, 1)[None, :]
+        k = np.minimum(k_gpu, k_cpu) * self.access[model_idx]
+        usable = k * (self.thresholds[self.t_thr] * self.t_num)[None, :]
+        packed: FloatArray = (total[:, None] - usable) @ self.t_freq
+        return packed
 
 
 class NodeFragmentation:
@@ -168,10 +159,14 @@ class NodeFragmentation:
         self.values = np.zeros(cluster.size, dtype=np.float64)
         self._version = np.full(cluster.size, -1, dtype=np.int64)
 
+    def evaluate(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """The per-node value kept current; FGD's fragmentation unless a subclass says otherwise."""
+        return self.model.frag(cpu_free, gpu_free, model_idx)
+
     def current(self, cluster: ClusterState) -> FloatArray:
         stale = np.flatnonzero(self._version != cluster.version)
         if stale.size:
-            self.values[stale] = self.model.frag(
+            self.values[stale] = self.evaluate(
                 cluster.cpu_free[stale], cluster.gpu_free[stale], cluster.model_idx[stale]
             )
             self._version[stale] = cluster.version[stale]

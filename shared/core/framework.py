@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -32,7 +32,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-class Code(str, Enum):
+class Code(StrEnum):
     """Outcome of scheduling one task (Kubernetes framework names)."""
 
     SUCCESS = "Success"
@@ -57,7 +57,8 @@ class Status:
 class FilterPlugin(Protocol):
     """Removes nodes a task cannot run on.  Must be pure."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def filter(self, cluster: ClusterState, task: TaskShape) -> BoolArray:
         """Mask over all nodes: True where the task fits as far as this filter is concerned."""
@@ -84,7 +85,8 @@ class Scores:
 class ScorePlugin(Protocol):
     """Ranks feasible nodes (higher is better) and may pick the GPU for a shared task."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score(
         self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator

@@ -78,14 +78,12 @@ def discretise(arrived_pct: FloatArray, values: FloatArray) -> FloatArray:
             window = (rounded >= x - 1) & (rounded <= x + 1)
             if window.any():
                 out[x] = float(values[window].mean())
-    # Points beyond what arrived (e.g. a tiny trace) carry the last value forward.
-    last = np.nan
-    for x in ARRIVED_POINTS:
-        if np.isnan(out[x]):
-            out[x] = last
-        else:
-            last = out[x]
-    return np.round(out, 2)
+    # Points with no record nearby (a tiny trace) take the nearest earlier value, or the first one.
+    valid = np.flatnonzero(~np.isnan(out))
+    if valid.size == 0:
+        return np.zeros(ARRIVED_POINTS.size)
+    nearest = valid[np.clip(np.searchsorted(valid, ARRIVED_POINTS, side="right") - 1, 0, None)]
+    return np.round(out[nearest], 2)
 
 
 def run_fill(

@@ -25,7 +25,9 @@ def fill_summary(results: Sequence[FillResult], trace: str, nodes: str) -> dict[
     policies: dict[str, object] = {}
     for policy, runs in by_policy.items():
         policies[policy] = {
-            "alloc": {str(x): round(statistics.median(r.at("alloc", x) for r in runs), 2) for x in SUMMARY_POINTS},
+            "alloc": {
+                str(x): round(statistics.median(r.at("alloc", x) for r in runs), 2) for x in SUMMARY_POINTS
+            },
             "frag_amount_80": round(statistics.median(r.at("frag_amount", 80) for r in runs), 2),
         }
     seeds = sorted({r.seed for r in results})
@@ -61,7 +63,9 @@ def plot_fill(results: Sequence[FillResult], path: Path, series: str, ylabel: st
         stack = np.vstack(curves)
         median = np.median(stack, axis=0)
         line = ax.plot(ARRIVED_POINTS, median, label=policy, lw=2 if policy == "tessera" else 1.4)
-        ax.fill_between(ARRIVED_POINTS, stack.min(axis=0), stack.max(axis=0), color=line[0].get_color(), alpha=0.15)
+        ax.fill_between(
+            ARRIVED_POINTS, stack.min(axis=0), stack.max(axis=0), color=line[0].get_color(), alpha=0.15
+        )
     if series == "alloc":
         ax.plot(ARRIVED_POINTS, np.minimum(ARRIVED_POINTS, 100), ls=":", color="grey", lw=1, label="ideal")
         ax.set_ylim(70, 100)
@@ -84,7 +88,9 @@ def timeline_summary(results: Sequence[TimelineResult], trace: str, nodes: str) 
     policies: dict[str, object] = {}
     for policy, runs in by_policy.items():
         per_seed = [r.summary() for r in runs]
-        policies[policy] = {k: round(statistics.median(float(s[k]) for s in per_seed), 3) for k in per_seed[0]}
+        policies[policy] = {
+            k: round(statistics.median(float(s[k]) for s in per_seed), 3) for k in per_seed[0]
+        }
     seeds = sorted({r.seed for r in results})
     return {"policies": policies, "seeds": seeds, "mode": "timeline", "trace": trace, "nodes": nodes}
 

@@ -2,9 +2,10 @@
 
 * Arrivals and departures are processed in time order (departures first on equal times, so a
   pod leaving at t frees room for one arriving at t).
-* A pod that fits on arrival starts at once; one that does not waits in a FIFO queue.  When a pod leaves node n, the waiting pods
-  that now fit on n are retried in arrival order (each may still land on any node: the policy
-  chooses).  Nothing else can make a waiting pod fit, since other changes only take resources.
+* A pod that fits on arrival starts at once; one that does not waits in a FIFO queue.  When a
+  pod leaves node n, the waiting pods that now fit on n are retried in arrival order (each may
+  still land on any node: the policy chooses).  Nothing else can make a waiting pod fit, since
+  every other change only takes resources.
 * A placed pod runs for ``deletion_time - creation_time`` from when it starts, so waiting delays
   its end instead of shortening its run.  Pods without a deletion time never leave.
 
@@ -58,7 +59,7 @@ class TimelineResult:
             "wait_p50_s": round(float(np.percentile(waits, 50)), 3),
             "wait_p99_s": round(float(np.percentile(waits, 99)), 3),
             "alloc_max": round(float(self.alloc.max()), 3) if self.alloc.size else 0.0,
-        "queue_max": int(self.queue.max()) if self.queue.size else 0,
+            "queue_max": int(self.queue.max()) if self.queue.size else 0,
             "unplaced": self.unplaced,
         }
 

@@ -21,9 +21,9 @@ def _fits(gpu_free: IntArray, task: TaskShape) -> BoolArray:
     if task.num_gpu == 0:
         return np.ones(gpu_free.shape[0], dtype=np.bool_)
     if task.is_shared:
-        result: BoolArray = (gpu_free >= task.gpu_milli).any(axis=1)
+        result: BoolArray = np.asarray((gpu_free >= task.gpu_milli).any(axis=1))
         return result
-    whole: BoolArray = (gpu_free == MILLI).sum(axis=1) >= task.num_gpu
+    whole: BoolArray = np.asarray((gpu_free == MILLI).sum(axis=1) >= task.num_gpu)
     return whole
 
 

@@ -1,0 +1,114 @@
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from shared.cli.main import app
+from shared.cli.simulate import parse_seeds
+
+runner = CliRunner()
+
+
+def _tiny_trace(tmp: Path) -> tuple[Path, Path]:
+    nodes = tmp / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"n{i},32000,65536,4,T4\n" for i in range(8))
+    )
+    pods = tmp / "pods.csv"
+    rows = [f"p{i},{2000 + 1000 * (i % 3)},2048,1,{[1000, 500, 250][i % 3]}\n" for i in range(60)]
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(rows))
+    return nodes, pods
+
+
+def test_parse_seeds_accepts_ranges_and_lists() -> None:
+    assert parse_seeds("42-44") == [42, 43, 44]
+    assert parse_seeds("1,5-6,1") == [1, 5, 6]
+
+
+def test_simulate_writes_the_summary_curves_and_figure(tmp_path: Path) -> None:
+    nodes, pods = _tiny_trace(tmp_path)
+    out = tmp_path / "out"
+    args = [
+        "simulate",
+        "--nodes",
+        str(nodes),
+        "--pods",
+        str(pods),
+        "--policy",
+        "fgd,bestfit,tessera",
+        "--seeds",
+        "1-2",
+        "--mode",
+        "fill",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "fill" and summary["seeds"] == [1, 2] and summary["trace"] == "pods"
+    assert set(summary["policies"]) == {"fgd", "bestfit", "tessera"}
+    for row in summary["policies"].values():
+        assert set(row["alloc"]) == {"90", "95", "100", "130"}
+        assert 0 <= row["alloc"]["100"] <= 100 and row["frag_amount_80"] >= 0
+    lines = (out / "curves.csv").read_text().splitlines()
+    assert lines[0] == "policy,seed,arrived,alloc,frag_amount,frag_ratio"
+    assert len(lines) == 1 + 3 * 2 * 131
+    assert (out / "allocation.png").stat().st_size > 10_000
+
+
+def test_timeline_mode_reports_waits_and_utilisation(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,16384,1,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time\n"
+        "a,1000,1024,1,1000,,LS,Running,0,100\n"
+        "b,1000,1024,1,1000,,LS,Running,10,20\n"
+    )
+    out = tmp_path / "tl"
+    args = [
+        "simulate",
+        "--nodes",
+        str(nodes),
+        "--pods",
+        str(pods),
+        "--policy",
+        "bestfit",
+        "--mode",
+        "timeline",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "summary.json").read_text())["policies"]["bestfit"]
+    # b waits for a's only GPU: from t=10 until a leaves at t=100; median of (0, 90) is 45.
+    assert row["wait_p50_s"] == 45.0 and row["queue_max"] == 1 and row["unplaced"] == 0
+    assert (out / "utilisation.png").exists()
+
+
+def test_a_malformed_trace_exits_with_its_line_number(tmp_path: Path) -> None:
+    nodes, pods = _tiny_trace(tmp_path)
+    pods.write_text(pods.read_text() + "bad,notanumber,1,0,0\n")
+    result = runner.invoke(
+        app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2
+    assert "pods.csv:62" in result.output
+
+
+def test_an_unknown_policy_is_refused_with_the_choices() -> None:
+    result = runner.invoke(app, ["simulate", "--policy", "magic"])
+    assert result.exit_code != 0
+    assert "tessera" in result.output
+
+
+def test_schema_command_writes_json_schemas(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["schema", "--out", str(tmp_path)])
+    assert result.exit_code == 0
+    assert (tmp_path / "JobSpec.schema.json").exists()

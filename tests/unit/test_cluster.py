@@ -1,0 +1,52 @@
+import pytest
+
+from shared.core.cluster import first_free_gpus
+from tests.unit.builders import cluster, node, task
+
+
+def test_placing_takes_exactly_the_requested_resources() -> None:
+    c = cluster(node(cpu=16_000, mem=64_000, gpus=4))
+    c.place(0, task(cpu=4_000, mem=8_000, gpus=2), (0, 1))
+    assert c.free_state(0) == (12_000, 56_000, (0, 0, 1000, 1000))
+
+
+def test_a_shared_task_takes_a_share_of_one_gpu() -> None:
+    c = cluster(node(gpus=2))
+    c.place(0, task(gpus=1, milli=300), (1,))
+    assert c.free_state(0)[2] == (1000, 700)
+
+
+def test_over_commit_is_refused_and_changes_nothing() -> None:
+    c = cluster(node(cpu=2_000, gpus=1))
+    before = c.free_state(0)
+    with pytest.raises(ValueError):
+        c.place(0, task(cpu=4_000), ())
+    with pytest.raises(ValueError):
+        c.place(0, task(gpus=1, milli=500), (3,))
+    assert c.free_state(0) == before
+
+
+def test_removing_a_placement_restores_the_node_and_bumps_its_version() -> None:
+    c = cluster(node(gpus=4))
+    before, version = c.free_state(0), int(c.version[0])
+    placement = c.place(0, task(cpu=3_000, gpus=1, milli=250), (2,))
+    c.remove(placement)
+    assert c.free_state(0) == before
+    assert int(c.version[0]) == version + 2
+
+
+def test_gpu_model_mismatch_is_not_a_fit() -> None:
+    c = cluster(node(model="T4"))
+    assert not c.fits(0, task(gpus=1, models=("A100",)), (0,))
+    assert c.fits(0, task(gpus=1, models=("T4",)), (0,))
+
+
+def test_whole_gpus_come_from_the_lowest_free_slots() -> None:
+    c = cluster(node(gpus=4))
+    c.place(0, task(gpus=1, milli=100), (0,))
+    assert first_free_gpus(c.gpu_free[0], 2) == (1, 2)
+
+
+def test_names_must_be_unique() -> None:
+    with pytest.raises(ValueError):
+        cluster(node("a"), node("a"))

@@ -1,0 +1,112 @@
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from schemas import JobSpec, SubmitJob
+from schemas.commands import CommandAdapter
+from schemas.events import EventAdapter, JobPlaced, JobRejected, TaskBinding
+from schemas.export import MODELS, write_schemas
+
+JOB_YAML = """
+apiVersion: tessera/v1
+kind: Job
+id: llama-ft-7
+tenant: nlp
+queue: research
+workload: fine-tuning
+priority: 100
+replicas: 4
+resources:
+  cpu: "8"
+  memory: 64Gi
+  nvidia.com/gpu: 2
+gpu-type: A100|H100
+gang: {min-member: 4}
+elastic: "2:8"
+checkpointable: true
+command: [torchrun, train.py]
+"""
+
+
+def test_a_yaml_job_file_validates_against_the_wire_model() -> None:
+    spec = JobSpec.model_validate(yaml.safe_load(JOB_YAML))
+    assert spec.resources.cpu == 8000
+    assert spec.resources.memory == 65536
+    assert spec.resources.num_gpu == 2 and spec.resources.gpu_milli == 1000
+    assert spec.accepted_models == ("A100", "H100")
+    assert spec.gang is not None and spec.gang.min_member == 4
+    assert spec.elastic is not None and (spec.elastic.min, spec.elastic.max) == (2, 8)
+
+
+def test_the_kafka_message_carries_the_same_schema_as_the_file() -> None:
+    spec = JobSpec.model_validate(yaml.safe_load(JOB_YAML))
+    wire = SubmitJob(spec=spec).model_dump_json(by_alias=True)
+    decoded = CommandAdapter.validate_json(wire)
+    assert isinstance(decoded, SubmitJob)
+    assert decoded.spec == spec
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"resources": {"cpu": "lots"}}, "resources.cpu"),
+        ({"resources": {"memory": "-3Gi"}}, "resources.memory"),
+        ({"replicas": 0}, "replicas"),
+        ({"id": "Not_A_Valid_ID!"}, "id"),
+        ({"resources": {"gpu-share": "150%"}}, "resources.gpu-share"),
+        ({"elastic": "8:2"}, "elastic"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_invalid_specs_fail_with_a_message_naming_the_field(patch: dict[str, object], field: str) -> None:
+    data = {"id": "j1", "tenant": "t1", **patch}
+    with pytest.raises(ValidationError) as info:
+        JobSpec.model_validate(data)
+    locations = [".".join(str(p) for p in err["loc"]) for err in info.value.errors()]
+    assert any(loc.startswith(field) for loc in locations), locations
+
+
+def test_a_share_of_several_gpus_is_refused() -> None:
+    with pytest.raises(ValidationError, match="fraction of one GPU"):
+        JobSpec.model_validate(
+            {"id": "j", "tenant": "t", "resources": {"nvidia.com/gpu": 2, "gpu-share": "50%"}}
+        )
+
+
+def test_a_gang_larger_than_the_job_is_refused() -> None:
+    with pytest.raises(ValidationError, match="min-member"):
+        JobSpec.model_validate({"id": "j", "tenant": "t", "replicas": 2, "gang": {"min-member": 3}})
+
+
+def test_mig_requests_are_collected_from_kubernetes_resource_names() -> None:
+    spec = JobSpec.model_validate({"id": "j", "tenant": "t", "resources": {"nvidia.com/mig-1g.10gb": 2}})
+    assert spec.resources.mig == {"1g.10gb": 2}
+
+
+def test_events_round_trip_through_the_discriminated_union() -> None:
+    placed = JobPlaced(
+        job_id="j1",
+        bindings=[
+            TaskBinding(task=0, node="n1", gpus=[0, 1], gpu_milli=1000, cpu_milli=8000, memory_mib=1024)
+        ],
+        policy="tessera",
+        node_versions={"n1": 3},
+    )
+    rejected = JobRejected(job_id="j2", code="unknown-queue", reason="queue 'x' does not exist")
+    for event in (placed, rejected):
+        assert EventAdapter.validate_json(event.model_dump_json()) == event
+
+
+def test_events_are_frozen_and_forbid_unknown_fields() -> None:
+    with pytest.raises(ValidationError):
+        JobRejected.model_validate({"job_id": "j", "code": "invalid", "reason": "r", "extra": 1})
+
+
+def test_schema_export_writes_one_valid_json_schema_per_model(tmp_path: Path) -> None:
+    written = write_schemas(tmp_path)
+    assert len(written) == len(MODELS)
+    job = json.loads((tmp_path / "JobSpec.schema.json").read_text())
+    assert "nvidia.com/gpu" in job["$defs"]["Resources"]["properties"]
