@@ -1,0 +1,62 @@
+"""An idempotent Kafka producer (acks=all) that speaks pydantic models."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
+
+from shared.bus import tracing
+
+
+class BusProducer:
+    def __init__(self, bootstrap: str, client_id: str = "tessera", linger_ms: int = 2) -> None:
+        # Idempotence keeps per-partition order and drops broker-side duplicates on retries.
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id=client_id,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=linger_ms,
+            max_batch_size=1_048_576,
+        )
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def __aenter__(self) -> BusProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    async def send(
+        self, topic: str, value: bytes, key: str | None = None, headers: tracing.Headers | None = None
+    ) -> None:
+        """Send and wait for the broker's acknowledgement."""
+        await self._producer.send_and_wait(
+            topic, value, key=key.encode() if key else None, headers=headers or []
+        )
+
+    async def send_model(
+        self, topic: str, model: BaseModel, key: str | None = None, headers: tracing.Headers | None = None
+    ) -> None:
+        """Send a pydantic model as JSON, carrying the current trace context in the headers."""
+        carried = tracing.inject(list(headers or []))
+        await self.send(topic, model.model_dump_json(by_alias=True).encode(), key, carried)
+
+    async def send_many(
+        self, topic: str, messages: Sequence[tuple[str | None, bytes, tracing.Headers]]
+    ) -> None:
+        """Send in order and wait for every acknowledgement (one batch, one round trip)."""
+        futures = [
+            await self._producer.send(topic, value, key=key.encode() if key else None, headers=headers)
+            for key, value, headers in messages
+        ]
+        await asyncio.gather(*futures)

@@ -1,0 +1,49 @@
+"""Topic names and their creation on start.
+
+``tessera.events`` has a single partition on purpose: it is the event log's total order, and
+every placement worker folds all of it.  The command topics are keyed by job id and partitioned
+(``TESSERA_TOPIC_PARTITIONS``) so a consumer group can share them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+
+SUBMISSIONS = "tessera.submissions"
+EVENTS = "tessera.events"
+DEADLETTER = "tessera.deadletter"
+TELEMETRY = "tessera.telemetry"
+
+
+def topic_layout(partitions: int) -> dict[str, int]:
+    return {SUBMISSIONS: partitions, EVENTS: 1, DEADLETTER: 1, TELEMETRY: partitions}
+
+
+async def ensure_topics(bootstrap: str, partitions: int = 8, extra: dict[str, int] | None = None) -> None:
+    """Create the topics that do not exist yet (idempotent; waits up to 30 s for the broker)."""
+    layout = {**topic_layout(partitions), **(extra or {})}
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    for attempt in range(60):
+        try:
+            await admin.start()
+            break
+        except KafkaConnectionError:
+            if attempt == 59:
+                raise
+            await asyncio.sleep(0.5)
+    try:
+        existing = set(await admin.list_topics())
+        missing = [NewTopic(name, n, 1) for name, n in layout.items() if name not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):  # another process created it first
+                await admin.create_topics(missing)
+        for _ in range(100):  # metadata propagates asynchronously
+            if set(layout) <= set(await admin.list_topics()):
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()

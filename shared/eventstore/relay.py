@@ -1,0 +1,136 @@
+"""The relay: publishes every committed event to ``tessera.events``, in log order, keyed by stream.
+
+It reads ``position > cursor`` (safe because appends commit in position order, see
+``postgres.py``), sends the batch and waits for the broker's acknowledgement, then records the
+cursor in the ``tracking`` table.  A crash between the send and the record republishes that batch
+on restart: duplicates, never gaps.  Consumers drop an event whose position they have already
+folded.  It wakes on ``NOTIFY tessera_events`` and polls as a fallback.
+
+Run it as a process: ``python -m shared.eventstore.relay``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Sequence
+
+import asyncpg
+
+from shared.bus import tracing
+from shared.bus.producer import BusProducer
+from shared.bus.topics import EVENTS, ensure_topics
+from shared.eventstore.port import RecordedEvent
+from shared.eventstore.postgres import NOTIFY_CHANNEL, PostgresEventStore
+from shared.settings import Settings
+
+RELAY_CONSUMER = "relay:tessera.events"
+
+
+def envelope(event: RecordedEvent) -> bytes:
+    """The wire form of a recorded event on ``tessera.events``."""
+    return json.dumps(
+        {
+            "position": event.position,
+            "stream": event.stream,
+            "version": event.version,
+            "type": event.type,
+            "data": event.data,
+            "metadata": event.metadata,
+            "recorded_at": event.recorded_at.isoformat(),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def headers_of(event: RecordedEvent) -> tracing.Headers:
+    headers: tracing.Headers = [("position", str(event.position).encode()), ("type", event.type.encode())]
+    trace = event.metadata.get("traceparent") if isinstance(event.metadata, dict) else None
+    if isinstance(trace, str):
+        headers.append(("traceparent", trace.encode()))
+    return headers
+
+
+class Relay:
+    def __init__(
+        self,
+        store: PostgresEventStore,
+        producer: BusProducer,
+        batch: int = 500,
+        poll_s: float = 0.2,
+        topic: str = EVENTS,
+        name: str = RELAY_CONSUMER,
+    ) -> None:
+        self.store = store
+        self.topic = topic
+        self.name = name
+        self.producer = producer
+        self.batch = batch
+        self.poll_s = poll_s
+        self.published = 0
+
+    async def publish(self, events: Sequence[RecordedEvent]) -> None:
+        await self.producer.send_many(self.topic, [(e.stream, envelope(e), headers_of(e)) for e in events])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Relay until ``stop`` is set, riding out PostgreSQL restarts with a capped backoff."""
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                await self._run_connected(stop)
+            except (
+                OSError,
+                asyncpg.PostgresConnectionError,
+                asyncpg.InterfaceError,
+                asyncpg.CannotConnectNowError,
+            ):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            else:
+                delay = 0.2
+
+    async def _run_connected(self, stop: asyncio.Event) -> None:
+        wake = asyncio.Event()
+        listener: asyncpg.Connection = await asyncpg.connect(self.store.dsn)
+        await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
+        cursor = await self.store.tracked_position(self.name)
+        try:
+            while not stop.is_set():
+                events = await self.store.read_all(cursor, self.batch)
+                if events:
+                    await self.publish(events)
+                    cursor = events[-1].position
+                    await self.store.track(self.name, cursor)
+                    self.published += len(events)
+                    continue
+                wake.clear()
+                waiters = [asyncio.create_task(wake.wait()), asyncio.create_task(stop.wait())]
+                await asyncio.wait(waiters, timeout=self.poll_s, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+        finally:
+            await listener.close(timeout=2)
+
+
+async def main(topic: str = EVENTS, name: str = RELAY_CONSUMER) -> None:
+    settings = Settings()
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions)
+    store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-relay") as producer:
+        relay = Relay(store, producer, settings.relay_batch, settings.relay_poll_s, topic, name)
+        try:
+            await relay.run(stop)
+        finally:
+            await store.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    # Optional arguments (tests): a topic and a relay name, so several relays can share a broker.
+    asyncio.run(main(*sys.argv[1:3]))
