@@ -6,9 +6,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 HOME_DIR="$ROOT/.local/postgres"
-DATA="$HOME_DIR/data"
-RUN="$HOME_DIR/run"
-LOG="$HOME_DIR/postgres.log"
+# PostgreSQL will not run as root, so as root the server runs as the package's `postgres` user,
+# which may not be able to reach a checkout under /root.  Its files then live in a directory of
+# its own (one per checkout) and .local/postgres links to them.
+if [[ $(id -u) -eq 0 ]]; then
+  SERVER_DIR="/var/lib/postgresql/tessera-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)"
+else
+  SERVER_DIR="$HOME_DIR"
+fi
+DATA="$SERVER_DIR/data"
+RUN="$SERVER_DIR/run"
+LOG="$SERVER_DIR/postgres.log"
 PORT="${TESSERA_PG_PORT:-15432}"
 DB=tessera
 USER_NAME=tessera
@@ -38,8 +46,11 @@ ready() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PORT" 2>/dev/null; }
 up() {
   install
   local bin; bin="$(pg_bin)"
-  mkdir -p "$HOME_DIR" "$RUN"
-  if [[ $(id -u) -eq 0 ]]; then chown postgres:postgres "$HOME_DIR" "$RUN"; chmod 755 "$ROOT/.local"; fi
+  mkdir -p "$HOME_DIR" "$SERVER_DIR" "$RUN"
+  if [[ $(id -u) -eq 0 ]]; then
+    chown postgres:postgres "$SERVER_DIR" "$RUN"
+    ln -sfn "$DATA" "$HOME_DIR/data"; ln -sfn "$LOG" "$HOME_DIR/postgres.log"
+  fi
   if [[ ! -f "$DATA/PG_VERSION" ]]; then
     say "initialising a cluster in $DATA"
     as_owner "$bin/initdb" -D "$DATA" -U "$USER_NAME" --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$HOME_DIR/initdb.log" 2>&1 \

@@ -78,6 +78,40 @@ def simulate(
         raise typer.Exit(2) from None
 
 
+infra_app = typer.Typer(help="Native PostgreSQL and Kafka (KRaft) under .local/, no Docker needed.")
+app.add_typer(infra_app, name="infra")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _infra(script: str, action: str) -> int:
+    import subprocess
+
+    return subprocess.run([str(ROOT / "infra" / script), action], check=False).returncode
+
+
+@infra_app.command("up")
+def infra_up() -> None:
+    """Install (if missing) and start PostgreSQL and Kafka; print their addresses.  Idempotent."""
+    for script in ("postgres.sh", "kafka.sh"):
+        if _infra(script, "up") != 0:
+            raise typer.Exit(1)
+
+
+@infra_app.command("down")
+def infra_down() -> None:
+    """Stop Kafka and PostgreSQL (their data stays under .local/)."""
+    for script in ("kafka.sh", "postgres.sh"):
+        _infra(script, "down")
+
+
+@infra_app.command("status")
+def infra_status() -> None:
+    """Say whether each server answers; exit 3 if one does not."""
+    codes = [_infra(script, "status") for script in ("postgres.sh", "kafka.sh")]
+    if any(codes):
+        raise typer.Exit(3)
+
+
 @app.command()
 def schema(
     out: Annotated[Path, typer.Option(help="folder for the JSON Schema files")] = Path("out/schemas"),

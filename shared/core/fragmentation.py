@@ -47,6 +47,8 @@ class TypicalWorkload:
     num_gpu: IntArray
     models: tuple[tuple[str, ...], ...]
     freq: FloatArray
+    complete: TypicalWorkload | None = field(default=None, compare=False, repr=False)
+    """Every shape of the source tasks (coverage 1), for views that must see rare large tasks."""
     _access: dict[tuple[str, ...], npt.NDArray[np.bool_]] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -69,7 +71,9 @@ class TypicalWorkload:
             covered += count
             if covered >= coverage * total:
                 break
-        return cls.from_shapes(kept)
+        complete = cls.from_shapes(list(ranked)) if len(kept) < len(ranked) else None
+        cut = cls.from_shapes(kept)
+        return cls(cut.cpu, cut.gpu_milli, cut.num_gpu, cut.models, cut.freq, complete=complete)
 
     @classmethod
     def from_shapes(
@@ -159,16 +163,14 @@ class NodeFragmentation:
         self.values = np.zeros(cluster.size, dtype=np.float64)
         self._version = np.full(cluster.size, -1, dtype=np.int64)
 
-    def evaluate(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+    def evaluate(self, cluster: ClusterState, nodes: IntArray) -> FloatArray:
         """The per-node value kept current; FGD's fragmentation unless a subclass says otherwise."""
-        return self.model.frag(cpu_free, gpu_free, model_idx)
+        return self.model.frag(cluster.cpu_free[nodes], cluster.gpu_free[nodes], cluster.model_idx[nodes])
 
     def current(self, cluster: ClusterState) -> FloatArray:
         stale = np.flatnonzero(self._version != cluster.version)
         if stale.size:
-            self.values[stale] = self.evaluate(
-                cluster.cpu_free[stale], cluster.gpu_free[stale], cluster.model_idx[stale]
-            )
+            self.values[stale] = self.evaluate(cluster, stale)
             self._version[stale] = cluster.version[stale]
         return self.values
 

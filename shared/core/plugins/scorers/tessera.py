@@ -4,12 +4,15 @@ FGD (Weng et al., ATC '23) asks "after this placement, how much idle GPU can the
 task not use?".  On the openb traces what it still loses is GPU that later tasks could have used
 but for two reasons FGD's one-task view misses:
 
-1. **Leftover shares.**  A fresh GPU holding one 470m task keeps 530m that FGD counts as usable
-   by a 470m task, but after that second task 60m is lost for good.  The *packing* view fills the
-   node with as many tasks of each typical shape as its GPUs (``floor(free / request)`` per GPU)
-   and its CPU (``floor(cpu_free / cpu)``) allow, and counts the GPU share that would still be idle.
-   It sees the stranded remainder early and, because CPU caps the count, it also sees GPUs that
-   will never be used because the node's CPU runs out first.
+1. **Leftover shares and rare large tasks.**  A fresh GPU holding one 470m task keeps 530m that
+   FGD counts as usable by a 470m task, but after that second task 60m is lost for good.  The
+   *packing* view fills the node with as many tasks of each shape as its GPUs
+   (``floor(free / request)`` per GPU) and its CPU (``floor(cpu_free / cpu)``) allow, and counts
+   the GPU share that would still be idle.  It sees the stranded remainder early and, because CPU
+   caps the count, also GPUs that will never be used because the node's CPU runs out first.  It
+   counts every task shape, not only the 95% most popular FGD keeps, so the rare 8-GPU, 120-core
+   task still sees the few nodes that can hold it: without that, such tasks failed from 3%
+   arrived load on.
 2. **CPU starvation.**  CPU-only pods have no GPU in FGD's measure, so FGD places them wherever
    fragmentation does not move, often on GPU-dense nodes whose cores their GPUs need.  The
    *stranding* term charges a placement for idle GPU left without CPU, at the workload's own
@@ -85,12 +88,15 @@ class TesseraScorer:
     _state: tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float] | None = field(
         default=None, init=False, repr=False
     )
+    _packing_model: FragmentationModel | None = field(default=None, init=False, repr=False)
 
     def _bind(
         self, cluster: ClusterState
     ) -> tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float]:
         if self._state is None:
             model = FragmentationModel(self.workload, cluster.models)
+            # The packing view sees every shape, rare large ones too (FGD's view keeps the cut).
+            self._packing_model = FragmentationModel(self.workload.complete or self.workload, cluster.models)
             self._state = (
                 model,
                 _Combined(self, model, cluster),
@@ -100,12 +106,18 @@ class TesseraScorer:
         return self._state
 
     def objective(
-        self, model: FragmentationModel, ratio: float, cpu: IntArray, gpu: IntArray, mdl: IntArray
+        self,
+        model: FragmentationModel,
+        ratio: float,
+        cpu: IntArray,
+        gpu: IntArray,
+        mdl: IntArray,
     ) -> FloatArray:
         """The quantity a placement should grow least, in milli-GPU, for K node states."""
         value = model.frag(cpu, gpu, mdl)
         if self.packing_weight:
-            value = value + self.packing_weight * model.packing_frag(cpu, gpu, mdl)
+            pmodel = self._packing_model if self._packing_model is not None else model
+            value = value + self.packing_weight * pmodel.packing_frag(cpu, gpu, mdl)
         if self.cpu_weight:
             value = value + self.cpu_weight * stranded_gpu(cpu, gpu.sum(axis=1), ratio)
         return value
@@ -139,8 +151,14 @@ class _Combined(NodeFragmentation):
         self._scorer = scorer
         self._ratio = cpu_per_gpu_milli(scorer.workload)
 
-    def evaluate(self, cpu: IntArray, gpu: IntArray, mdl: IntArray) -> FloatArray:
-        return self._scorer.objective(self.model, self._ratio, cpu, gpu, mdl)
+    def evaluate(self, cluster: ClusterState, nodes: IntArray) -> FloatArray:
+        return self._scorer.objective(
+            self.model,
+            self._ratio,
+            cluster.cpu_free[nodes],
+            cluster.gpu_free[nodes],
+            cluster.model_idx[nodes],
+        )
 
 
 def build(args: Args) -> TesseraScorer:

@@ -1,0 +1,1 @@
+"""Tessera's asyncio services: thin shells around the pure core (see services/README.md)."""
