@@ -126,7 +126,7 @@ async def kafka_rate(bootstrap: str, messages: int) -> tuple[float, float, float
 
 async def main(seconds: float) -> None:
     settings = Settings()
-    console = Console()
+    console = Console(width=120)
     scratch = await scratch_database(settings.database_url)
     store = await PostgresEventStore.connect(scratch, max_size=WRITERS + 4)
     try:

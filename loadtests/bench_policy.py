@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
-    console = Console()
+    console = Console(width=120)
     table = Table(title=f"placement speed on {len(nodes)} nodes, {args.pods.stem}, one core")
     for column in ("policy", "decisions", "decisions/s", "µs/decision", "fill run (s)", "alloc@100 (%)"):
         table.add_column(column, justify="right" if column != "policy" else "left")

@@ -2,11 +2,12 @@
 
 from shared.bus.consumer import BusConsumer, Delivery
 from shared.bus.producer import BusProducer
-from shared.bus.topics import DEADLETTER, EVENTS, SUBMISSIONS, TELEMETRY, ensure_topics
+from shared.bus.topics import DEADLETTER, EVENTS, PLACEMENT, SUBMISSIONS, TELEMETRY, ensure_topics
 
 __all__ = [
     "DEADLETTER",
     "EVENTS",
+    "PLACEMENT",
     "SUBMISSIONS",
     "TELEMETRY",
     "BusConsumer",

@@ -13,6 +13,7 @@ Lifecycle contract (written here because aiokafka leaves it to the caller):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -110,15 +111,35 @@ class BusConsumer(Generic[T]):
     async def deliveries(self) -> AsyncIterator[Delivery[T]]:
         """Decoded messages; undecodable ones are dead-lettered and skipped."""
         async for record in self._consumer:
-            try:
-                if record.value is None:
-                    raise ValueError("empty message")
-                value = self._adapter.validate_json(record.value)
-            except (ValidationError, ValueError) as exc:
-                await self._dead_letter(record, _reason(exc))
-                self.mark(record)
-                continue
-            yield Delivery(value=value, record=record, context=tracing.extract(list(record.headers or [])))
+            delivery = await self._decode(record)
+            if delivery is not None:
+                yield delivery
+
+    async def batches(self, stop: asyncio.Event, timeout_ms: int = 200) -> AsyncIterator[list[Delivery[T]]]:
+        """Decoded messages in poll-sized batches until ``stop`` is set (commit after each batch)."""
+        while not stop.is_set():
+            polled = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=500)
+            batch: list[Delivery[T]] = []
+            for records in polled.values():
+                for record in records:
+                    delivery = await self._decode(record)
+                    if delivery is not None:
+                        batch.append(delivery)
+            if batch:
+                yield batch
+            elif polled:
+                await self.commit()  # only dead letters: record the progress anyway
+
+    async def _decode(self, record: ConsumerRecord[bytes, bytes]) -> Delivery[T] | None:
+        try:
+            if record.value is None:
+                raise ValueError("empty message")
+            value = self._adapter.validate_json(record.value)
+        except (ValidationError, ValueError) as exc:
+            await self._dead_letter(record, _reason(exc))
+            self.mark(record)
+            return None
+        return Delivery(value=value, record=record, context=tracing.extract(list(record.headers or [])))
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str) -> None:
         self.dead_lettered += 1

@@ -17,10 +17,12 @@ SUBMISSIONS = "tessera.submissions"
 EVENTS = "tessera.events"
 DEADLETTER = "tessera.deadletter"
 TELEMETRY = "tessera.telemetry"
+PLACEMENT = "tessera.placement"
+"""Work items for placement workers: every JobAdmitted, keyed by job id (the relay writes them)."""
 
 
 def topic_layout(partitions: int) -> dict[str, int]:
-    return {SUBMISSIONS: partitions, EVENTS: 1, DEADLETTER: 1, TELEMETRY: partitions}
+    return {SUBMISSIONS: partitions, EVENTS: 1, DEADLETTER: 1, TELEMETRY: partitions, PLACEMENT: partitions}
 
 
 async def ensure_topics(bootstrap: str, partitions: int = 8, extra: dict[str, int] | None = None) -> None:

@@ -1,5 +1,9 @@
 """The relay: publishes every committed event to ``tessera.events``, in log order, keyed by stream.
 
+Every ``JobAdmitted`` is also written to ``tessera.placement`` (keyed by job id), the work topic
+the placement workers share as a consumer group; being derived from the log, no admitted job can
+miss its work item.
+
 It reads ``position > cursor`` (safe because appends commit in position order, see
 ``postgres.py``), sends the batch and waits for the broker's acknowledgement, then records the
 cursor in the ``tracking`` table.  A crash between the send and the record republishes that batch
@@ -20,7 +24,7 @@ import asyncpg
 
 from shared.bus import tracing
 from shared.bus.producer import BusProducer
-from shared.bus.topics import EVENTS, ensure_topics
+from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import NOTIFY_CHANNEL, PostgresEventStore
 from shared.settings import Settings
@@ -61,9 +65,11 @@ class Relay:
         poll_s: float = 0.2,
         topic: str = EVENTS,
         name: str = RELAY_CONSUMER,
+        work_topic: str | None = PLACEMENT,
     ) -> None:
         self.store = store
         self.topic = topic
+        self.work_topic = work_topic
         self.name = name
         self.producer = producer
         self.batch = batch
@@ -72,6 +78,14 @@ class Relay:
 
     async def publish(self, events: Sequence[RecordedEvent]) -> None:
         await self.producer.send_many(self.topic, [(e.stream, envelope(e), headers_of(e)) for e in events])
+        if self.work_topic:
+            work = [
+                (e.stream.removeprefix("job-"), envelope(e), headers_of(e))
+                for e in events
+                if e.type == "JobAdmitted"
+            ]
+            if work:
+                await self.producer.send_many(self.work_topic, work)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set, riding out PostgreSQL restarts with a capped backoff."""
@@ -113,7 +127,7 @@ class Relay:
             await listener.close(timeout=2)
 
 
-async def main(topic: str = EVENTS, name: str = RELAY_CONSUMER) -> None:
+async def main(topic: str = EVENTS, name: str = RELAY_CONSUMER, work_topic: str = PLACEMENT) -> None:
     settings = Settings()
     await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions)
     store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
@@ -122,7 +136,9 @@ async def main(topic: str = EVENTS, name: str = RELAY_CONSUMER) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-relay") as producer:
-        relay = Relay(store, producer, settings.relay_batch, settings.relay_poll_s, topic, name)
+        relay = Relay(
+            store, producer, settings.relay_batch, settings.relay_poll_s, topic, name, work_topic or None
+        )
         try:
             await relay.run(stop)
         finally:
@@ -132,5 +148,6 @@ async def main(topic: str = EVENTS, name: str = RELAY_CONSUMER) -> None:
 if __name__ == "__main__":
     import sys
 
-    # Optional arguments (tests): a topic and a relay name, so several relays can share a broker.
-    asyncio.run(main(*sys.argv[1:3]))
+    # Optional arguments (tests): topic, relay name and work topic ("" for none), so several relays
+    # can share a broker.
+    asyncio.run(main(*sys.argv[1:4]))

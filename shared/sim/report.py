@@ -8,6 +8,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -15,15 +16,21 @@ from shared.sim.fill import ARRIVED_POINTS, FillResult
 from shared.sim.timeline import TimelineResult
 
 SUMMARY_POINTS = (90, 95, 100, 130)
+R = TypeVar("R", FillResult, TimelineResult)
+
+
+def by_policy(results: Sequence[R]) -> dict[str, list[R]]:
+    """Results grouped by policy, policies in the order they first appear."""
+    groups: dict[str, list[R]] = defaultdict(list)
+    for r in results:
+        groups[r.policy].append(r)
+    return groups
 
 
 def fill_summary(results: Sequence[FillResult], trace: str, nodes: str) -> dict[str, object]:
     """Per policy: median over seeds of allocation % at arrived 90/95/100/130 and frag amount at 80."""
-    by_policy: dict[str, list[FillResult]] = defaultdict(list)
-    for r in results:
-        by_policy[r.policy].append(r)
     policies: dict[str, object] = {}
-    for policy, runs in by_policy.items():
+    for policy, runs in by_policy(results).items():
         policies[policy] = {
             "alloc": {
                 str(x): round(statistics.median(r.at("alloc", x) for r in runs), 2) for x in SUMMARY_POINTS
@@ -55,12 +62,9 @@ def plot_fill(results: Sequence[FillResult], path: Path, series: str, ylabel: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_policy: dict[str, list[np.ndarray]] = defaultdict(list)
-    for r in results:
-        by_policy[r.policy].append(getattr(r, series))
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-    for policy, curves in by_policy.items():
-        stack = np.vstack(curves)
+    for policy, runs in by_policy(results).items():
+        stack = np.vstack([getattr(r, series) for r in runs])
         median = np.median(stack, axis=0)
         line = ax.plot(ARRIVED_POINTS, median, label=policy, lw=2 if policy == "tessera" else 1.4)
         ax.fill_between(
@@ -82,11 +86,8 @@ def plot_fill(results: Sequence[FillResult], path: Path, series: str, ylabel: st
 
 
 def timeline_summary(results: Sequence[TimelineResult], trace: str, nodes: str) -> dict[str, object]:
-    by_policy: dict[str, list[TimelineResult]] = defaultdict(list)
-    for r in results:
-        by_policy[r.policy].append(r)
     policies: dict[str, object] = {}
-    for policy, runs in by_policy.items():
+    for policy, runs in by_policy(results).items():
         per_seed = [r.summary() for r in runs]
         policies[policy] = {
             k: round(statistics.median(float(s[k]) for s in per_seed), 3) for k in per_seed[0]

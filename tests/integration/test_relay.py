@@ -30,7 +30,7 @@ async def _start_relay(kafka: str, database: str, topic: str) -> asyncio.subproc
         "TESSERA_RELAY_BATCH": "200",
     }
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "shared.eventstore.relay", topic, f"relay-{topic}", cwd=ROOT, env=env
+        sys.executable, "-m", "shared.eventstore.relay", topic, f"relay-{topic}", "", cwd=ROOT, env=env
     )
 
 

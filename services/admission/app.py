@@ -1,0 +1,95 @@
+"""Admission service: ``tessera.submissions`` -> validated, authorised, admitted or rejected.
+
+Appends to PostgreSQL before committing the Kafka offset, so a crash redelivers and the
+idempotent handlers make the redelivery harmless.  Run: ``python -m services.admission.app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+
+from schemas.commands import CancelJob, CommandAdapter, SubmitJob
+from services.admission.handlers import Outcome, QueueRights, admit, cancel
+from shared.bus import SUBMISSIONS, BusConsumer, BusProducer, ensure_topics
+from shared.eventstore import ConcurrencyError
+from shared.eventstore.postgres import PostgresEventStore
+from shared.settings import Settings
+from shared.state.fold import ClusterView
+from shared.state.follow import catch_up
+
+log = logging.getLogger("tessera.admission")
+DEFAULT_QUEUES: QueueRights = {"default": ("*",), "research": ("*",), "batch": ("*",), "inference": ("*",)}
+
+
+def queues_from_env() -> QueueRights:
+    """``TESSERA_QUEUES``: JSON ``{"queue": ["tenant", ...] or ["*"]}``; default: four open queues."""
+    raw = os.environ.get("TESSERA_QUEUES")
+    if not raw:
+        return DEFAULT_QUEUES
+    return {q: tuple(t) for q, t in json.loads(raw).items()}
+
+
+async def handle(store: PostgresEventStore, view: ClusterView, queues: QueueRights, command: object) -> str:
+    for _ in range(3):
+        await catch_up(view, store)
+        outcome: Outcome
+        if isinstance(command, SubmitJob):
+            outcome = admit(view, queues, command.spec)
+        elif isinstance(command, CancelJob):
+            outcome = cancel(view, command.job_id, command.reason)
+        else:
+            return "ignored"
+        if not outcome.events:
+            return outcome.verdict
+        try:
+            await store.append(outcome.events, outcome.expected)
+            return outcome.verdict
+        except ConcurrencyError:
+            continue  # another admission instance (or a redelivery) got there first: decide again
+    return "conflict"
+
+
+async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
+    settings = settings or Settings()
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions)
+    store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
+    view = ClusterView()
+    queues = queues_from_env()
+    async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-admission") as producer:
+        consumer = BusConsumer(
+            settings.kafka_bootstrap_servers, "tessera-admission", [SUBMISSIONS], CommandAdapter, producer
+        )
+        await consumer.start()
+        try:
+            async for batch in consumer.batches(stop):
+                for delivery in batch:
+                    verdict = await handle(store, view, queues, delivery.value)
+                    log.info("%s %s", delivery.key, verdict)
+                    consumer.mark(delivery.record)
+                await consumer.commit()
+        finally:
+            await consumer.stop()
+            await store.close()
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
+    )
+    stop = asyncio.Event()
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run(stop)
+
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    main()

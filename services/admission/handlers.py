@@ -1,0 +1,95 @@
+"""Admission decisions: a submission becomes ``JobAdmitted`` or ``JobRejected{code, reason}``.
+
+Pure: ``admit(view, queues, spec)`` reads the folded cluster view and the queue configuration
+and returns the events to append; the shell appends them and commits the Kafka offset.
+
+* unknown queue -> ``unknown-queue``; a tenant the queue does not list -> ``forbidden``;
+* a replica no registered node could ever hold, even empty -> ``impossible`` (while no node has
+  registered yet, nothing is called impossible: the job waits);
+* an id already admitted with different content -> ``duplicate``; with the same content the
+  redelivered submission changes nothing (idempotent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.events import JobAdmitted, JobCancelled, JobRejected
+from schemas.job import JobSpec
+from shared.core.registry import default_filters
+from shared.eventstore import ANY_VERSION, NO_STREAM, NewEvent
+from shared.state.fold import TERMINAL, ClusterView
+from shared.state.wire import job_stream, task_shape
+
+QueueRights = dict[str, tuple[str, ...]]  # queue -> tenants allowed ("*" = any)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    events: list[NewEvent]
+    expected: dict[str, int]
+    verdict: str  # admitted | rejected | duplicate-ignored | cancelled | ignored
+
+
+def rejected(job_id: str, code: str, reason: str) -> Outcome:
+    event = JobRejected.model_validate({"job_id": job_id, "code": code, "reason": reason})
+    stream = f"rejected-{job_id}"
+    data = event.model_dump(mode="json", by_alias=True)
+    return Outcome([NewEvent(stream, event.type, data)], {stream: ANY_VERSION}, "rejected")
+
+
+def impossible_reason(view: ClusterView, spec: JobSpec) -> str | None:
+    cluster = view.cluster
+    if cluster is None:
+        return None
+    shape = task_shape(spec)
+    mask = None
+    for f in default_filters():
+        m = f.could_ever_fit(cluster, shape)
+        mask = m if mask is None else mask & m
+        if not mask.any():
+            return (
+                f"no node can ever hold one replica (cpu={shape.cpu_milli}m, memory={shape.memory_mib}Mi, "
+                f"gpu={shape.num_gpu}x{shape.gpu_milli}m, models={list(shape.gpu_models) or 'any'}): "
+                f"{f.name} rules out all {cluster.size} nodes"
+            )
+    return None
+
+
+def admit(view: ClusterView, queues: QueueRights, spec: JobSpec) -> Outcome:
+    existing = view.jobs.get(spec.id)
+    if existing is not None:
+        if existing.spec == spec:
+            return Outcome([], {}, "duplicate-ignored")
+        return rejected(
+            spec.id, "duplicate", f"job id {spec.id!r} was already admitted with different content"
+        )
+    if spec.queue not in queues:
+        return rejected(
+            spec.id, "unknown-queue", f"queue {spec.queue!r} does not exist; queues: {sorted(queues)}"
+        )
+    allowed = queues[spec.queue]
+    if "*" not in allowed and spec.tenant not in allowed:
+        return rejected(spec.id, "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}")
+    reason = impossible_reason(view, spec)
+    if reason is not None:
+        return rejected(spec.id, "impossible", reason)
+    event = JobAdmitted(spec=spec)
+    stream = job_stream(spec.id)
+    return Outcome(
+        [NewEvent(stream, event.type, event.model_dump(mode="json", by_alias=True))],
+        {stream: NO_STREAM},
+        "admitted",
+    )
+
+
+def cancel(view: ClusterView, job_id: str, reason: str) -> Outcome:
+    record = view.jobs.get(job_id)
+    if record is None:
+        return rejected(job_id, "invalid", f"cannot cancel unknown job {job_id!r}")
+    if record.state in TERMINAL:
+        return Outcome([], {}, "ignored")
+    event = JobCancelled(job_id=job_id, reason=reason)
+    stream = job_stream(job_id)
+    data = event.model_dump(mode="json", by_alias=True)
+    return Outcome([NewEvent(stream, event.type, data)], {stream: record.version}, "cancelled")

@@ -1,0 +1,260 @@
+"""Placement worker: one of any number, sharing ``tessera.placement`` as a consumer group.
+
+Each worker folds all of ``tessera.events`` into its own cluster view and places the pending jobs
+whose work items Kafka gave it (the partitions it owns).  One cycle places many jobs and appends
+them in one transaction with the versions of every node touched (Omega-style shared state); a
+conflict means another worker changed one of those nodes first: the worker waits for its view
+to catch up and plans again.  A work item's offset is committed only once its job is no longer
+pending, so a worker that dies hands its unplaced jobs to the others on the rebalance.
+
+Run: ``python -m services.placement.app --name w1 [--policy tessera]``.  Every few seconds it
+writes its counters to ``TESSERA_STATS_DIR/placement-<name>.json`` (placements, conflicts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from services.placement.handlers import plan
+from shared.bus import PLACEMENT, ensure_topics
+from shared.core.fragmentation import TypicalWorkload
+from shared.core.framework import Profile
+from shared.core.registry import DEFAULT_POLICY, build_profile
+from shared.eventstore import ConcurrencyError
+from shared.eventstore.postgres import PostgresEventStore
+from shared.settings import Settings
+from shared.state.fold import ClusterView
+from shared.state.follow import EventFollower, catch_up
+
+log = logging.getLogger("tessera.placement")
+
+
+@dataclass
+class Stats:
+    placements: int = 0
+    conflicts: int = 0
+    cycles: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Job ids this worker owns, by partition, with the offsets to commit once they are done."""
+
+    def __init__(self) -> None:
+        self.items: dict[TopicPartition, list[tuple[int, str]]] = {}
+        self.consumer: AIOKafkaConsumer | None = None
+        self.view: ClusterView | None = None
+
+    def add(self, tp: TopicPartition, offset: int, job_id: str) -> None:
+        self.items.setdefault(tp, []).append((offset, job_id))
+
+    def owned(self) -> set[str]:
+        return {job for items in self.items.values() for _, job in items}
+
+    def done_offsets(self, view: ClusterView) -> dict[TopicPartition, int]:
+        """Per partition: the offset after the longest prefix of items whose job left 'pending'."""
+        offsets: dict[TopicPartition, int] = {}
+        for tp, items in self.items.items():
+            keep = 0
+            while keep < len(items):
+                job = view.jobs.get(items[keep][1])
+                if job is not None and job.state == "pending":
+                    break
+                keep += 1
+            if keep:
+                offsets[tp] = items[keep - 1][0] + 1
+                self.items[tp] = items[keep:]
+        return offsets
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        if self.consumer is not None and self.view is not None:
+            offsets = {tp: o for tp, o in self.done_offsets(self.view).items() if tp in revoked}
+            if offsets:
+                await self.consumer.commit(offsets)
+        for tp in revoked:
+            self.items.pop(tp, None)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        return None
+
+
+class Worker:
+    def __init__(
+        self, settings: Settings, name: str, policy: str, seed: int = 0, max_jobs: int = 500
+    ) -> None:
+        self.settings, self.name, self.policy, self.seed, self.max_jobs = (
+            settings,
+            name,
+            policy,
+            seed,
+            max_jobs,
+        )
+        self.view = ClusterView()
+        self.stats = Stats()
+        self.work = WorkItems()
+        self._profile: Profile | None = None
+        self._profile_key: tuple[tuple[str, ...], int] | None = None
+        self._wake = asyncio.Event()
+
+    def profile(self) -> Profile:
+        """The policy, rebuilt when nodes change or the seen workload grew by a quarter."""
+        cluster = self.view.cluster
+        assert cluster is not None
+        jobs = len(self.view.jobs)
+        key = (cluster.names, jobs)
+        if (
+            self._profile is None
+            or self._profile_key is None
+            or self._profile_key[0] != cluster.names
+            or (jobs > 1.25 * max(1, self._profile_key[1]))
+        ):
+            shapes = [j.shape for j in self.view.jobs.values()] or [j.shape for j in self.view.pending()]
+            workload = TypicalWorkload.from_tasks(shapes) if shapes else None
+            if workload is None:
+                raise RuntimeError("no jobs to learn the workload from")
+            self._profile = build_profile(self.policy, workload)
+            self._profile_key = key
+        return self._profile
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions)
+        store = await PostgresEventStore.connect(s.database_url, max_size=4)
+        await catch_up(self.view, store)
+        follower = EventFollower(self.view, s.kafka_bootstrap_servers)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap_servers,
+            group_id="tessera-placement",
+            client_id=f"placement-{self.name}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+        )
+        self.work.consumer, self.work.view = consumer, self.view
+        consumer.subscribe([PLACEMENT], listener=self.work)
+        await consumer.start()
+        tasks = [
+            asyncio.create_task(follower.run(stop)),
+            asyncio.create_task(self._take_work(consumer, stop)),
+            asyncio.create_task(self._write_stats(stop)),
+        ]
+        try:
+            await self._place(store, follower, consumer, stop)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await consumer.stop()
+            await store.close()
+            self._dump_stats()
+
+    async def _take_work(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200, max_records=1000)
+            for tp, records in batch.items():
+                for r in records:
+                    self.work.add(tp, r.offset, r.key.decode() if r.key else "")
+            if batch:
+                self._wake.set()
+
+    async def _place(
+        self,
+        store: PostgresEventStore,
+        follower: EventFollower,
+        consumer: AIOKafkaConsumer,
+        stop: asyncio.Event,
+    ) -> None:
+        while not stop.is_set():
+            offsets = self.work.done_offsets(self.view)
+            if offsets:
+                await consumer.commit(offsets)
+            owned = self.work.owned()
+            pending = [j for j in self.view.pending() if j.spec.id in owned] if self.view.cluster else []
+            if not pending:
+                await self._sleep_until_change(follower, 0.5)
+                continue
+            rng = np.random.default_rng([self.seed, self.view.position])
+            decision = plan(self.view, owned, self.profile(), rng, self.max_jobs)
+            self.stats.cycles += 1
+            if not decision.events:
+                await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
+                continue
+            try:
+                recorded = await store.append(decision.events, decision.expected)
+            except ConcurrencyError:
+                self.stats.conflicts += 1
+                await catch_up(self.view, store)  # refresh from the source of truth, then re-plan
+                continue
+            now = time.time()
+            for job in decision.jobs:
+                admitted = self.view.jobs[job]
+                self.stats.latencies_ms.append(1000 * (now - admitted.admitted_time))
+            self.stats.placements += len(decision.jobs)
+            # See our own placements before planning again (the relay brings them back).
+            if not await follower.wait_past(recorded[-1].position, timeout=2.0):
+                await catch_up(self.view, store)
+
+    async def _sleep_until_change(self, follower: EventFollower, timeout: float) -> None:
+        follower.changed.clear()
+        self._wake.clear()
+        waits = [asyncio.create_task(follower.changed.wait()), asyncio.create_task(self._wake.wait())]
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+
+    async def _write_stats(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(1.0)
+            self._dump_stats()
+
+    def _dump_stats(self) -> None:
+        folder = Path(os.environ.get("TESSERA_STATS_DIR", ".local/run"))
+        folder.mkdir(parents=True, exist_ok=True)
+        lat = np.array(self.stats.latencies_ms) if self.stats.latencies_ms else np.zeros(1)
+        body = {
+            "worker": self.name,
+            "placements": self.stats.placements,
+            "conflicts": self.stats.conflicts,
+            "cycles": self.stats.cycles,
+            "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
+            "latency_p99_ms": round(float(np.percentile(lat, 99)), 1),
+        }
+        tmp = folder / f"placement-{self.name}.json.tmp"
+        tmp.write_text(json.dumps(body))
+        tmp.replace(folder / f"placement-{self.name}.json")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Tessera placement worker")
+    parser.add_argument("--name", default=f"w{os.getpid()}")
+    parser.add_argument("--policy", default=DEFAULT_POLICY)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-jobs", type=int, default=500, help="jobs planned per cycle (one append)")
+    args = parser.parse_args()
+    logging.basicConfig(
+        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
+    )
+    stop = asyncio.Event()
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs).run(stop)
+
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    main()

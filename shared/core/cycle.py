@@ -1,0 +1,63 @@
+"""One scheduling cycle: place pending jobs on a snapshot, all replicas of a job or none.
+
+1. Work on a private copy of the cluster (the snapshot), never the caller's state.
+2. Take the pending jobs in the order given (the caller orders them: priority, admission, id).
+3. For each job, decide every replica in turn, staging each placement on the copy (a Volcano
+   "statement"); if any replica does not fit, discard the job's staged placements, so a gang never
+   holds part of its resources.
+4. Return the placements intended and the reasons for the jobs that did not fit.  Nothing is
+   written: the shell turns the result into events and appends them with the node versions read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared.core.cluster import ClusterState, Placement
+from shared.core.framework import Profile, Status, decide
+from shared.core.task import TaskShape
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    shape: TaskShape
+    replicas: int
+
+
+@dataclass
+class CycleResult:
+    placed: dict[str, list[Placement]] = field(default_factory=dict)
+    unschedulable: dict[str, Status] = field(default_factory=dict)
+    touched: set[int] = field(default_factory=set)  # node indices whose state the cycle changes
+
+
+def run_cycle(
+    snapshot: ClusterState,
+    pending: Sequence[PendingJob],
+    profile: Profile,
+    rng: np.random.Generator,
+    max_jobs: int | None = None,
+) -> CycleResult:
+    work = snapshot.copy()
+    result = CycleResult()
+    for job in pending:
+        if max_jobs is not None and len(result.placed) >= max_jobs:
+            break
+        staged: list[Placement] = []
+        for _ in range(job.replicas):
+            decision = decide(work, job.shape, profile, rng)
+            if not decision.status.ok:
+                for p in reversed(staged):
+                    work.remove(p)
+                result.unschedulable[job.job_id] = decision.status
+                staged = []
+                break
+            staged.append(work.place(decision.node, job.shape, decision.gpus))
+        if staged:
+            result.placed[job.job_id] = staged
+            result.touched.update(p.node for p in staged)
+    return result

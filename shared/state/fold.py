@@ -1,0 +1,188 @@
+"""The fold of the event log into the cluster state: nodes, their free resources, jobs.
+
+``ClusterView.apply`` takes recorded events in log order and is idempotent (an event at or below
+the last folded position is ignored), so duplicates from the relay are harmless and replaying the
+log from position 0 rebuilds exactly the state the services hold.  Events that appear on several
+streams in one append (``JobPlaced`` on the job stream and on every node stream it binds) change
+the state once, from the job stream's copy; the copies only advance the node streams' versions,
+which placement sends back as its expected versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from schemas.events import (
+    EventAdapter,
+    JobAdmitted,
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobPlaced,
+    JobStarted,
+    NodeRegistered,
+    TaskBinding,
+)
+from schemas.job import JobSpec
+from schemas.node import NodeInventory
+from shared.core.cluster import ClusterState, Placement
+from shared.core.task import TaskShape
+from shared.eventstore.port import RecordedEvent
+from shared.state.wire import node_spec, task_shape
+
+JobState = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled"})
+
+
+@dataclass
+class JobRecord:
+    spec: JobSpec
+    admitted_at: int  # log position of JobAdmitted
+    admitted_time: float = 0.0  # epoch seconds JobAdmitted was recorded
+    state: JobState = "pending"
+    bindings: list[TaskBinding] = field(default_factory=list)
+    started: dict[int, float] = field(default_factory=dict)  # task -> start time (epoch s, from the log)
+    done: dict[int, str] = field(default_factory=dict)  # task -> finished | failed
+    placed_at: int | None = None
+    version: int = 0  # the job stream's version
+
+    @property
+    def shape(self) -> TaskShape:
+        return task_shape(self.spec)
+
+
+class ClusterView:
+    def __init__(self) -> None:
+        self.position = 0
+        self.inventories: dict[str, NodeInventory] = {}
+        self.stream_versions: dict[str, int] = {}
+        self.jobs: dict[str, JobRecord] = {}
+        self.cluster: ClusterState | None = None
+        self._held: dict[tuple[str, int], Placement] = {}  # (job, task) -> resources it holds
+
+    # -- folding ----------------------------------------------------------------------------
+    def apply(self, event: RecordedEvent) -> bool:
+        """Fold one event; False when it was already folded (duplicate or replayed)."""
+        if event.position <= self.position:
+            return False
+        self.position = event.position
+        self.stream_versions[event.stream] = event.version
+        if event.stream.startswith("job-"):
+            self._apply_job(event)
+        elif event.type == "NodeRegistered":
+            self._register(NodeRegistered.model_validate(event.data).inventory)
+        return True
+
+    def apply_all(self, events: Iterable[RecordedEvent]) -> int:
+        return sum(self.apply(e) for e in events)
+
+    def _apply_job(self, event: RecordedEvent) -> None:
+        decoded = EventAdapter.validate_python(event.data)
+        job_id = event.stream.removeprefix("job-")
+        record = self.jobs.get(job_id)
+        if isinstance(decoded, JobAdmitted):
+            self.jobs[job_id] = JobRecord(
+                spec=decoded.spec, admitted_at=event.position, version=event.version
+            )
+            return
+        if record is None:
+            return
+        record.version = event.version
+        if isinstance(decoded, JobPlaced):
+            self._bind(job_id, record, decoded, event.position)
+        elif isinstance(decoded, JobStarted):
+            record.started[decoded.task] = event.recorded_at.timestamp()
+            if record.state == "placed":
+                record.state = "running"
+        elif isinstance(decoded, JobFinished | JobFailed):
+            outcome = "finished" if isinstance(decoded, JobFinished) else "failed"
+            record.done[decoded.task] = outcome
+            self._release(job_id, decoded.task)
+            if len(record.done) >= record.spec.replicas and record.state not in TERMINAL:
+                record.state = "failed" if "failed" in record.done.values() else "finished"
+        elif isinstance(decoded, JobCancelled) and record.state not in TERMINAL:
+            record.state = "cancelled"
+            for task in range(record.spec.replicas):
+                self._release(job_id, task)
+
+    def _bind(self, job_id: str, record: JobRecord, placed: JobPlaced, position: int) -> None:
+        if record.state != "pending":
+            return
+        record.bindings = list(placed.bindings)
+        record.state = "placed"
+        record.placed_at = position
+        cluster = self._ensure_cluster()
+        shape = record.shape
+        for b in placed.bindings:
+            node = cluster.index[b.node]
+            self._held[(job_id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
+
+    def _release(self, job_id: str, task: int) -> None:
+        placement = self._held.pop((job_id, task), None)
+        if placement is not None and self.cluster is not None:
+            self.cluster.remove(placement)
+
+    def _register(self, inventory: NodeInventory) -> None:
+        known = self.inventories.get(inventory.name)
+        if known == inventory:
+            return
+        self.inventories[inventory.name] = inventory
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """A new node: rebuild the arrays and re-take every held placement on them."""
+        if not self.inventories:
+            self.cluster = None
+            return
+        specs = [node_spec(self.inventories[name]) for name in sorted(self.inventories)]
+        cluster = ClusterState(specs)
+        held = {}
+        for key, p in self._held.items():
+            name = self.cluster.names[p.node] if self.cluster is not None else None
+            if name is not None and name in cluster.index:
+                held[key] = cluster.place(cluster.index[name], p.task, p.gpus)
+        self.cluster, self._held = cluster, held
+
+    def _ensure_cluster(self) -> ClusterState:
+        if self.cluster is None:
+            raise ValueError("a job was placed before any node registered")
+        return self.cluster
+
+    # -- queries ----------------------------------------------------------------------------
+    def pending(self) -> list[JobRecord]:
+        """Pending jobs: higher priority first, then earlier admission, then id (stable)."""
+        waiting = [j for j in self.jobs.values() if j.state == "pending"]
+        return sorted(waiting, key=lambda j: (-j.spec.priority, j.admitted_at, j.spec.id))
+
+    def node_version(self, node: str) -> int:
+        return self.stream_versions.get(f"node-{node}", 0)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for j in self.jobs.values():
+            out[j.state] = out.get(j.state, 0) + 1
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able digest for comparing two views (replay vs live)."""
+        cluster = self.cluster
+        return {
+            "position": self.position,
+            "nodes": sorted(self.inventories),
+            "free": (
+                {n: cluster.free_state(i) for i, n in enumerate(cluster.names)} if cluster is not None else {}
+            ),
+            "jobs": {k: (j.state, [b.node for b in j.bindings]) for k, j in sorted(self.jobs.items())},
+        }
+
+
+def fold(events: Iterable[RecordedEvent]) -> ClusterView:
+    view = ClusterView()
+    view.apply_all(events)
+    return view
+
+
+def node_versions(view: ClusterView, nodes: Iterable[str]) -> Mapping[str, int]:
+    return {f"node-{n}": view.node_version(n) for n in nodes}

@@ -1,0 +1,86 @@
+"""Keeping a :class:`ClusterView` current: from the event store, then from ``tessera.events``.
+
+A service rebuilds from the store on start (the source of truth), then follows the relay's
+Kafka topic.  The topic is read from its beginning without a consumer group (every service needs
+every event) and positions already folded are skipped, so relay duplicates and the overlap with
+the store catch-up are harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+
+from aiokafka import AIOKafkaConsumer
+
+from shared.bus.topics import EVENTS
+from shared.eventstore.port import EventStore, RecordedEvent
+from shared.state.fold import ClusterView
+
+
+def decode_envelope(raw: bytes) -> RecordedEvent:
+    body = json.loads(raw)
+    return RecordedEvent(
+        position=int(body["position"]),
+        stream=body["stream"],
+        version=int(body["version"]),
+        type=body["type"],
+        data=body["data"],
+        metadata=body.get("metadata", {}),
+        recorded_at=datetime.fromisoformat(body["recorded_at"]),
+    )
+
+
+async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> int:
+    """Fold every event the store has beyond ``view.position``; returns how many."""
+    folded = 0
+    while True:
+        events = await store.read_all(view.position, batch)
+        if not events:
+            return folded
+        folded += view.apply_all(events)
+
+
+class EventFollower:
+    """Folds ``tessera.events`` into a view; ``changed`` is set after each batch that moved it."""
+
+    def __init__(self, view: ClusterView, bootstrap: str, topic: str = EVENTS) -> None:
+        self.view = view
+        self.changed = asyncio.Event()
+        self._consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._consumer.start()
+        try:
+            while not stop.is_set():
+                batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+                moved = 0
+                for records in batch.values():
+                    for record in records:
+                        if record.value is not None:
+                            moved += self.view.apply(decode_envelope(record.value))
+                if moved:
+                    self.changed.set()
+        finally:
+            await self._consumer.stop()
+
+    async def wait_past(self, position: int, timeout: float) -> bool:
+        """Wait until the view has folded ``position`` (True) or ``timeout`` passes (False)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.view.position < position:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True

@@ -1,0 +1,33 @@
+import numpy as np
+
+from shared.core.cycle import PendingJob, run_cycle
+from shared.core.fragmentation import TypicalWorkload
+from shared.core.registry import build_profile
+from tests.unit.builders import cluster, node, task
+
+
+def test_a_gang_that_does_not_fit_whole_takes_nothing() -> None:
+    c = cluster(node("a", gpus=2), node("b", gpus=2))
+    jobs = [PendingJob("big", task(gpus=2), replicas=3), PendingJob("small", task(gpus=1), replicas=2)]
+    result = run_cycle(
+        c,
+        jobs,
+        build_profile("bestfit", TypicalWorkload.from_tasks([task(gpus=1)])),
+        np.random.default_rng(0),
+    )
+    assert "big" in result.unschedulable and "big" not in result.placed
+    assert len(result.placed["small"]) == 2
+    assert c.used_gpu_milli() == 0  # the caller's state is never changed
+
+
+def test_every_replica_of_a_fitting_job_is_placed_without_overlap() -> None:
+    c = cluster(node("a", gpus=4), node("b", gpus=4))
+    result = run_cycle(
+        c,
+        [PendingJob("j", task(gpus=2), replicas=4)],
+        build_profile("fgd", TypicalWorkload.from_tasks([task(gpus=2)])),
+        np.random.default_rng(0),
+    )
+    slots = [(p.node, g) for p in result.placed["j"] for g in p.gpus]
+    assert len(slots) == 8 and len(set(slots)) == 8
+    assert result.touched == {0, 1}
