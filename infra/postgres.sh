@@ -38,7 +38,7 @@ install() {
 
 # PostgreSQL refuses to run as root: as root, run it as the `postgres` user the package creates.
 as_owner() {
-  if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+  if [[ $(id -u) -eq 0 ]]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 ready() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PORT" 2>/dev/null; }

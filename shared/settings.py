@@ -10,6 +10,7 @@ TESSERA_TOPIC_PARTITIONS   8                                      partitions of 
 TESSERA_RELAY_BATCH        500                                    events per relay read
 TESSERA_RELAY_POLL_S       0.2                                    relay poll when no NOTIFY arrives
 TESSERA_DB_POOL_MAX        10                                     asyncpg pool size per process
+TESSERA_TOPIC_PREFIX       tessera                                topic and consumer-group prefix
 =========================  =====================================  =================================
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.bus.topics import TopicNames
 
 
 class Settings(BaseSettings):
@@ -34,3 +37,8 @@ class Settings(BaseSettings):
     relay_batch: int = Field(500, ge=1)
     relay_poll_s: float = Field(0.2, gt=0)
     db_pool_max: int = Field(10, ge=1)
+    topic_prefix: str = Field("tessera", pattern=r"^[A-Za-z0-9._-]+$")
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)

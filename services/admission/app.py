@@ -14,7 +14,7 @@ import signal
 
 from schemas.commands import CancelJob, CommandAdapter, SubmitJob
 from services.admission.handlers import Outcome, QueueRights, admit, cancel
-from shared.bus import SUBMISSIONS, BusConsumer, BusProducer, ensure_topics
+from shared.bus import BusConsumer, BusProducer, ensure_topics
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
@@ -55,13 +55,19 @@ async def handle(store: PostgresEventStore, view: ClusterView, queues: QueueRigh
 
 async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     settings = settings or Settings()
-    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions)
+    names = settings.topics
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=names)
     store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
     view = ClusterView()
     queues = queues_from_env()
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-admission") as producer:
         consumer = BusConsumer(
-            settings.kafka_bootstrap_servers, "tessera-admission", [SUBMISSIONS], CommandAdapter, producer
+            settings.kafka_bootstrap_servers,
+            f"{settings.topic_prefix}-admission",
+            [names.submissions],
+            CommandAdapter,
+            producer,
+            dead_letter_topic=names.deadletter,
         )
         await consumer.start()
         try:

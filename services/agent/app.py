@@ -110,11 +110,11 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions)
+        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         self.store = store = await PostgresEventStore.connect(s.database_url, max_size=6)
         await self.register(store)
         await catch_up(self.view, store)
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers)
+        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events)
         follow = asyncio.create_task(follower.run(stop))
         try:
             while not stop.is_set():

@@ -27,7 +27,7 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan
-from shared.bus import PLACEMENT, ensure_topics
+from shared.bus import ensure_topics
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile
@@ -129,13 +129,13 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions)
+        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         store = await PostgresEventStore.connect(s.database_url, max_size=4)
         await catch_up(self.view, store)
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers)
+        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,
-            group_id="tessera-placement",
+            group_id=f"{s.topic_prefix}-placement",
             client_id=f"placement-{self.name}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -143,7 +143,7 @@ class Worker:
             heartbeat_interval_ms=1000,
         )
         self.work.consumer, self.work.view = consumer, self.view
-        consumer.subscribe([PLACEMENT], listener=self.work)
+        consumer.subscribe([s.topics.placement], listener=self.work)
         await consumer.start()
         tasks = [
             asyncio.create_task(follower.run(stop)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
@@ -21,13 +22,49 @@ PLACEMENT = "tessera.placement"
 """Work items for placement workers: every JobAdmitted, keyed by job id (the relay writes them)."""
 
 
-def topic_layout(partitions: int) -> dict[str, int]:
-    return {SUBMISSIONS: partitions, EVENTS: 1, DEADLETTER: 1, TELEMETRY: partitions, PLACEMENT: partitions}
+@dataclass(frozen=True)
+class TopicNames:
+    """The topic names under one prefix (``TESSERA_TOPIC_PREFIX``), so stacks can share a broker."""
+
+    prefix: str = "tessera"
+
+    @property
+    def submissions(self) -> str:
+        return f"{self.prefix}.submissions"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}.events"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}.deadletter"
+
+    @property
+    def telemetry(self) -> str:
+        return f"{self.prefix}.telemetry"
+
+    @property
+    def placement(self) -> str:
+        return f"{self.prefix}.placement"
 
 
-async def ensure_topics(bootstrap: str, partitions: int = 8, extra: dict[str, int] | None = None) -> None:
+def topic_layout(partitions: int, names: TopicNames | None = None) -> dict[str, int]:
+    n = names or TopicNames()
+    return {
+        n.submissions: partitions,
+        n.events: 1,
+        n.deadletter: 1,
+        n.telemetry: partitions,
+        n.placement: partitions,
+    }
+
+
+async def ensure_topics(
+    bootstrap: str, partitions: int = 8, extra: dict[str, int] | None = None, names: TopicNames | None = None
+) -> None:
     """Create the topics that do not exist yet (idempotent; waits up to 30 s for the broker)."""
-    layout = {**topic_layout(partitions), **(extra or {})}
+    layout = {**topic_layout(partitions, names), **(extra or {})}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     for attempt in range(60):
         try:

@@ -127,9 +127,12 @@ class Relay:
             await listener.close(timeout=2)
 
 
-async def main(topic: str = EVENTS, name: str = RELAY_CONSUMER, work_topic: str = PLACEMENT) -> None:
+async def main(topic: str | None = None, name: str = RELAY_CONSUMER, work_topic: str | None = None) -> None:
     settings = Settings()
-    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions)
+    names = settings.topics
+    topic = topic or names.events
+    work_topic = names.placement if work_topic is None else work_topic
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=names)
     store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,191 @@
+"""Running the live stack as separate processes: ``tessera up``, ``down``, ``submit``, ``status``.
+
+Each service is started detached (its own session) with its log in ``.local/logs/<name>.log`` and
+its pid in ``.local/run/<name>.pid``; ``down`` stops them with SIGTERM (SIGKILL after 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from schemas import JobSpec, SubmitJob
+from shared.bus import BusProducer, ensure_topics
+from shared.eventstore.postgres import PostgresEventStore
+from shared.settings import Settings
+from shared.sim.trace import TracePod
+from shared.state.fold import TERMINAL, ClusterView
+from shared.state.follow import catch_up
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / ".local" / "run"
+LOGS = ROOT / ".local" / "logs"
+
+
+def service_commands(
+    workers: int, agent: str, nodes: Path | None, limit: int | None, speedup: float, policy: str
+) -> dict[str, list[str]]:
+    py = sys.executable
+    commands = {
+        "relay": [py, "-m", "shared.eventstore.relay"],
+        "admission": [py, "-m", "services.admission.app"],
+    }
+    for i in range(1, workers + 1):
+        commands[f"placement-{i}"] = [py, "-m", "services.placement.app", "--name", f"w{i}", "--policy", policy]
+    if agent == "simulated":
+        assert nodes is not None
+        argv = [py, "-m", "services.agent.app", "--mode", "simulated", "--nodes", str(nodes), "--speedup", str(speedup)]
+        if limit:
+            argv += ["--limit", str(limit)]
+        commands["agent"] = argv
+    else:
+        commands["agent"] = [py, "-m", "services.agent.app", "--mode", "process"]
+    return commands
+
+
+def pid_of(name: str) -> int | None:
+    path = RUN / f"{name}.pid"
+    try:
+        pid = int(path.read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return None
+    return pid
+
+
+def start(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
+    """Start one service unless it runs already; returns its pid."""
+    running = pid_of(name)
+    if running is not None:
+        return running
+    RUN.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = (LOGS / f"{name}.log").open("ab")
+    proc = subprocess.Popen(
+        list(argv), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env or os.environ.copy()
+    )
+    (RUN / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def running_services() -> dict[str, int]:
+    out = {}
+    for path in sorted(RUN.glob("*.pid")) if RUN.exists() else []:
+        pid = pid_of(path.stem)
+        if pid is not None:
+            out[path.stem] = pid
+    return out
+
+
+def stop_all(names: Iterable[str] | None = None, timeout: float = 10.0) -> list[str]:
+    targets = {n: p for n, p in running_services().items() if names is None or n in names}
+    for pid in targets.values():
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(pid_of(n) for n in targets):
+        time.sleep(0.2)
+    for name, pid in targets.items():
+        if pid_of(name) is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        (RUN / f"{name}.pid").unlink(missing_ok=True)
+    return sorted(targets)
+
+
+def load_job_file(path: Path) -> list[JobSpec]:
+    """All job documents of a YAML file; a ValidationError names the field."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return [JobSpec.model_validate(d) for d in docs]
+
+
+def spec_from_trace(pod: TracePod, speed: float = 1.0, tenant: str = "openb", queue: str = "default") -> JobSpec:
+    s = pod.shape
+    resources: dict[str, object] = {"cpu": f"{s.cpu_milli}m", "memory": f"{max(1, s.memory_mib)}Mi"}
+    if s.is_shared:
+        resources["gpu-share"] = f"{s.gpu_milli}m"
+    elif s.num_gpu:
+        resources["nvidia.com/gpu"] = s.num_gpu
+    duration = (pod.deletion_time - pod.creation_time) if pod.deletion_time is not None else 600.0
+    body: dict[str, object] = {
+        "id": pod.name.lower(),
+        "tenant": tenant,
+        "queue": queue,
+        "resources": resources,
+        "duration-s": max(1.0, duration) / speed,
+    }
+    if s.gpu_models:
+        body["gpu-type"] = list(s.gpu_models)
+    return JobSpec.model_validate(body)
+
+
+async def submit(specs: Sequence[JobSpec], settings: Settings | None = None) -> dict[str, float]:
+    """Produce ``SubmitJob`` for each spec; returns the send time of each job id."""
+    settings = settings or Settings()
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=settings.topics)
+    sent: dict[str, float] = {}
+    async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
+        for spec in specs:
+            sent[spec.id] = time.time()
+            await producer.send_model(settings.topics.submissions, SubmitJob(spec=spec), key=spec.id)
+    return sent
+
+
+async def read_view(settings: Settings | None = None) -> tuple[ClusterView, dict[str, str]]:
+    """The cluster as the event store has it, and the rejections by job id."""
+    settings = settings or Settings()
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    try:
+        view = ClusterView()
+        rejections: dict[str, str] = {}
+        position = 0
+        while True:
+            events = await store.read_all(position, 5000)
+            if not events:
+                break
+            view.apply_all(events)
+            for e in events:
+                if e.type == "JobRejected":
+                    rejections[str(e.data["job_id"])] = f"{e.data['code']}: {e.data['reason']}"
+            position = events[-1].position
+        return view, rejections
+    finally:
+        await store.close()
+
+
+async def wait_for(job_ids: Iterable[str], timeout: float, settings: Settings | None = None) -> dict[str, str]:
+    """Poll the event store until every job is terminal or rejected (or ``timeout``)."""
+    settings = settings or Settings()
+    wanted = set(job_ids)
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    view = ClusterView()
+    rejected: dict[str, str] = {}
+    deadline = time.time() + timeout
+    try:
+        while True:
+            await catch_up(view, store)
+            for job in wanted - set(rejected):
+                for e in await store.read_stream(f"rejected-{job}"):
+                    rejected[job] = f"rejected ({e.data['code']}): {e.data['reason']}"
+            states = {j: rejected.get(j) or (view.jobs[j].state if j in view.jobs else "submitted") for j in wanted}
+            if all(s in TERMINAL or s.startswith("rejected") for s in states.values()) or time.time() > deadline:
+                return states
+            await asyncio.sleep(0.3)
+    finally:
+        await store.close()
