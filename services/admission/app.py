@@ -20,6 +20,7 @@ from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
 from shared.state.fold import ClusterView
 from shared.state.follow import catch_up
+from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.admission")
 DEFAULT_QUEUES: QueueRights = {"default": ("*",), "research": ("*",), "batch": ("*",), "inference": ("*",)}
@@ -53,6 +54,41 @@ async def handle(store: PostgresEventStore, view: ClusterView, queues: QueueRigh
     return "conflict"
 
 
+async def handle_batch(
+    store: PostgresEventStore, view: ClusterView, queues: QueueRights, commands: list[object]
+) -> list[str]:
+    """Decide a whole poll batch against one view and append it in one transaction.
+
+    Submissions in one batch that share an id are left to the one-by-one path, as is the whole
+    batch when the append conflicts (another admission instance, or a redelivery), so the
+    outcome is always what deciding the messages one at a time would give.
+    """
+    await catch_up(view, store)
+    seen: set[str] = set()
+    events = []
+    expected: dict[str, int] = {}
+    verdicts: list[str] = []
+    slow: list[int] = []
+    for i, command in enumerate(commands):
+        if not isinstance(command, SubmitJob) or command.spec.id in seen:
+            slow.append(i)
+            verdicts.append("")
+            continue
+        seen.add(command.spec.id)
+        outcome = admit(view, queues, command.spec)
+        events.extend(outcome.events)
+        expected.update(outcome.expected)
+        verdicts.append(outcome.verdict)
+    try:
+        if events:
+            await store.append(events, expected)
+    except ConcurrencyError:
+        return [await handle(store, view, queues, c) for c in commands]
+    for i in slow:
+        verdicts[i] = await handle(store, view, queues, commands[i])
+    return verdicts
+
+
 async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     settings = settings or Settings()
     names = settings.topics
@@ -71,11 +107,18 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
         )
         await consumer.start()
         try:
+            ready = False
             async for batch in consumer.batches(stop):
-                for delivery in batch:
-                    verdict = await handle(store, view, queues, delivery.value)
-                    log.info("%s %s", delivery.key, verdict)
+                if not ready and consumer.assigned():
+                    mark_ready("admission")
+                    ready = True
+                if not batch:
+                    continue
+                verdicts = await handle_batch(store, view, queues, [d.value for d in batch])
+                for delivery, verdict in zip(batch, verdicts, strict=True):
+                    log.debug("%s %s", delivery.key, verdict)
                     consumer.mark(delivery.record)
+                log.info("batch of %d: %s", len(batch), {v: verdicts.count(v) for v in set(verdicts)})
                 await consumer.commit()
         finally:
             await consumer.stop()

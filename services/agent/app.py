@@ -32,6 +32,7 @@ from shared.settings import Settings
 from shared.sim.trace import load_nodes
 from shared.state.fold import TERMINAL, ClusterView
 from shared.state.follow import EventFollower, catch_up
+from shared.state.readiness import mark_ready
 from shared.state.wire import job_stream, node_stream
 
 log = logging.getLogger("tessera.agent")
@@ -93,6 +94,7 @@ class Agent:
         self.view = ClusterView()
         self._mine: set[tuple[str, int]] = set()  # tasks this process started or resumed
         self.store: PostgresEventStore | None = None
+        self.ready_name = os.environ.get("TESSERA_SERVICE_NAME", "agent")
 
     async def register(self, store: PostgresEventStore) -> None:
         await catch_up(self.view, store)
@@ -116,6 +118,7 @@ class Agent:
         await catch_up(self.view, store)
         follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events)
         follow = asyncio.create_task(follower.run(stop))
+        mark_ready(self.ready_name)
         try:
             while not stop.is_set():
                 await self._reconcile(store)

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +35,9 @@ from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
-from shared.state.fold import ClusterView
+from shared.state.fold import ClusterView, digest
 from shared.state.follow import EventFollower, catch_up
+from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.placement")
 
@@ -55,6 +57,7 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
         self.items: dict[TopicPartition, list[tuple[int, str]]] = {}
         self.consumer: AIOKafkaConsumer | None = None
         self.view: ClusterView | None = None
+        self.ready_name = ""
 
     def add(self, tp: TopicPartition, offset: int, job_id: str) -> None:
         self.items.setdefault(tp, []).append((offset, job_id))
@@ -86,21 +89,23 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
             self.items.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        return None
+        if self.ready_name:
+            mark_ready(self.ready_name)
 
 
 class Worker:
     def __init__(
-        self, settings: Settings, name: str, policy: str, seed: int = 0, max_jobs: int = 500
+        self,
+        settings: Settings,
+        name: str,
+        policy: str,
+        seed: int = 0,
+        max_jobs: int = 200,
+        chunk_jobs: int = 25,
     ) -> None:
-        self.settings, self.name, self.policy, self.seed, self.max_jobs = (
-            settings,
-            name,
-            policy,
-            seed,
-            max_jobs,
-        )
-        self.view = ClusterView()
+        self.settings, self.name, self.policy = settings, name, policy
+        self.seed, self.max_jobs, self.chunk_jobs = seed, max_jobs, chunk_jobs
+        self.view = ClusterView(rotation=zlib.crc32(name.encode()))
         self.stats = Stats()
         self.work = WorkItems()
         self._profile: Profile | None = None
@@ -143,6 +148,7 @@ class Worker:
             heartbeat_interval_ms=1000,
         )
         self.work.consumer, self.work.view = consumer, self.view
+        self.work.ready_name = f"placement-{self.name}"
         consumer.subscribe([s.topics.placement], listener=self.work)
         await consumer.start()
         tasks = [
@@ -185,24 +191,34 @@ class Worker:
                 await self._sleep_until_change(follower, 0.5)
                 continue
             rng = np.random.default_rng([self.seed, self.view.position])
-            decision = plan(self.view, owned, self.profile(), rng, self.max_jobs)
+            try:
+                decision = plan(self.view, owned, self.profile(), rng, self.max_jobs)
+            except Exception:  # a bug must not take the worker down: log, refresh, go on
+                log.exception("planning failed; refreshing the view")
+                self._profile = None
+                await catch_up(self.view, store)
+                await asyncio.sleep(0.5)
+                continue
             self.stats.cycles += 1
             if not decision.events:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue
-            try:
-                recorded = await store.append(decision.events, decision.expected)
-            except ConcurrencyError:
-                self.stats.conflicts += 1
-                await catch_up(self.view, store)  # refresh from the source of truth, then re-plan
-                continue
-            now = time.time()
-            for job in decision.jobs:
-                admitted = self.view.jobs[job]
-                self.stats.latencies_ms.append(1000 * (now - admitted.admitted_time))
-            self.stats.placements += len(decision.jobs)
-            # See our own placements before planning again (the relay brings them back).
-            if not await follower.wait_past(recorded[-1].position, timeout=2.0):
+            # Append in chunks of jobs: a conflict then wastes one chunk's plan, not the cycle's.
+            last_position = 0
+            for chunk in decision.chunks(self.chunk_jobs):
+                try:
+                    recorded = await store.append(chunk.events, chunk.expected)
+                except ConcurrencyError as exc:
+                    self.stats.conflicts += 1
+                    log.info("conflict on %s", dict(list(exc.conflicts.items())[:3]))
+                    break  # the rest was planned on top of this chunk: re-plan it
+                last_position = recorded[-1].position
+                now = time.time()
+                for job in chunk.jobs:
+                    self.stats.latencies_ms.append(1000 * (now - self.view.jobs[job].admitted_time))
+                self.stats.placements += len(chunk.jobs)
+            # See our own placements (the relay brings them back) before planning again.
+            if last_position == 0 or not await follower.wait_past(last_position, timeout=2.0):
                 await catch_up(self.view, store)
 
     async def _sleep_until_change(self, follower: EventFollower, timeout: float) -> None:
@@ -229,6 +245,8 @@ class Worker:
             "cycles": self.stats.cycles,
             "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
             "latency_p99_ms": round(float(np.percentile(lat, 99)), 1),
+            "position": self.view.position,
+            "digest": digest(self.view),
         }
         tmp = folder / f"placement-{self.name}.json.tmp"
         tmp.write_text(json.dumps(body))
@@ -240,7 +258,8 @@ def main() -> None:
     parser.add_argument("--name", default=f"w{os.getpid()}")
     parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-jobs", type=int, default=500, help="jobs planned per cycle (one append)")
+    parser.add_argument("--max-jobs", type=int, default=200, help="jobs planned per cycle")
+    parser.add_argument("--chunk-jobs", type=int, default=25, help="jobs per append (one transaction)")
     args = parser.parse_args()
     logging.basicConfig(
         level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
@@ -251,7 +270,7 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs).run(stop)
+        await Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs, args.chunk_jobs).run(stop)
 
     asyncio.run(go())
 

@@ -29,6 +29,23 @@ class Plan:
     jobs: list[str]
     unschedulable: dict[str, str]
 
+    def chunks(self, jobs_per_chunk: int) -> list[Plan]:
+        """The plan as consecutive appends of at most ``jobs_per_chunk`` jobs each, in plan order.
+
+        Each chunk expects the node versions the plan read, except for nodes an earlier chunk of
+        the same plan changed: those expect the versions that chunk leaves behind.
+        """
+        out: list[Plan] = []
+        heads: dict[str, int] = {}
+        for start in range(0, len(self.jobs), jobs_per_chunk):
+            jobs = set(self.jobs[start : start + jobs_per_chunk])
+            events = [e for e in self.events if str(e.data["job_id"]) in jobs]
+            expected = {e.stream: heads.get(e.stream, self.expected[e.stream]) for e in events}
+            for e in events:
+                heads[e.stream] = heads.get(e.stream, self.expected[e.stream]) + 1
+            out.append(Plan(events, expected, self.jobs[start : start + jobs_per_chunk], {}))
+        return out
+
 
 def plan(
     view: ClusterView,

@@ -115,8 +115,14 @@ class BusConsumer(Generic[T]):
             if delivery is not None:
                 yield delivery
 
+    def assigned(self) -> bool:
+        """Whether the group has given this consumer any partitions yet."""
+        return bool(self._consumer.assignment())
+
     async def batches(self, stop: asyncio.Event, timeout_ms: int = 200) -> AsyncIterator[list[Delivery[T]]]:
-        """Decoded messages in poll-sized batches until ``stop`` is set (commit after each batch)."""
+        """Decoded messages in poll-sized batches until ``stop`` is set (commit after each batch).
+
+        An empty batch is yielded when a poll returns nothing, so callers can do idle work."""
         while not stop.is_set():
             polled = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=500)
             batch: list[Delivery[T]] = []
@@ -125,10 +131,9 @@ class BusConsumer(Generic[T]):
                     delivery = await self._decode(record)
                     if delivery is not None:
                         batch.append(delivery)
-            if batch:
-                yield batch
-            elif polled:
+            if polled and not batch:
                 await self.commit()  # only dead letters: record the progress anyway
+            yield batch
 
     async def _decode(self, record: ConsumerRecord[bytes, bytes]) -> Delivery[T] | None:
         try:

@@ -112,6 +112,220 @@ def infra_status() -> None:
         raise typer.Exit(3)
 
 
+class AgentMode(StrEnum):
+    simulated = "simulated"
+    process = "process"
+
+
+@app.command()
+def up(
+    workers: Annotated[int, typer.Option(help="placement workers (one consumer group)")] = 2,
+    agent: Annotated[
+        AgentMode, typer.Option(help="simulated nodes from a CSV, or this machine as one node")
+    ] = (AgentMode.simulated),
+    nodes: Annotated[Path, typer.Option(help="simulated agent: node list CSV")] = TRACES
+    / "openb_node_list_gpu_node.csv",
+    limit: Annotated[int, typer.Option(help="simulated agent: first N nodes (0: all)")] = 0,
+    speedup: Annotated[float, typer.Option(help="simulated agent: divide job durations by this")] = 60.0,
+    policy: Annotated[str, typer.Option(help="placement policy")] = DEFAULT_POLICY,
+) -> None:
+    """Start PostgreSQL and Kafka (if needed), then the relay, admission, placement workers and agent."""
+    from shared.cli import stack
+    from shared.state import readiness
+
+    infra_up()
+    commands = stack.service_commands(workers, agent.value, nodes, limit or None, speedup, policy)
+    readiness.clear(stack.ready_names(commands))
+    for name, argv in commands.items():
+        console.print(f"{name:<12} pid {stack.start(name, argv)}  log .local/logs/{name}.log")
+    missing = readiness.wait_ready(stack.ready_names(commands), timeout=90)
+    if missing:
+        console.print(f"[red]not ready after 90 s: {', '.join(missing)} (see .local/logs)[/red]")
+        raise typer.Exit(1)
+    console.print("all services ready")
+
+
+@app.command()
+def down(
+    keep_infra: Annotated[bool, typer.Option(help="leave PostgreSQL and Kafka running")] = False,
+) -> None:
+    """Stop every service started by ``tessera up`` (and the servers unless --keep-infra)."""
+    from shared.cli import stack
+
+    stopped = stack.stop_all()
+    console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+    if not keep_infra:
+        infra_down()
+
+
+@app.command()
+def submit(
+    job_file: Annotated[Path, typer.Argument(help="YAML job file (one or more documents)")],
+    wait: Annotated[bool, typer.Option(help="follow the job(s) until they end")] = False,
+    timeout: Annotated[float, typer.Option(help="--wait: give up after this many seconds")] = 600.0,
+) -> None:
+    """Validate a job file and produce it to Kafka (tessera.submissions)."""
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from shared.cli import stack
+
+    try:
+        specs = stack.load_job_file(job_file)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            console.print(f"[red]{job_file}: {where}: {err['msg']}[/red]")
+        raise typer.Exit(2) from None
+    asyncio.run(stack.submit(specs))
+    for spec in specs:
+        console.print(f"submitted {spec.id} ({spec.replicas} replica(s)) to queue {spec.queue}")
+    if wait:
+        states = asyncio.run(stack.wait_for([s.id for s in specs], timeout))
+        for job, state in states.items():
+            console.print(f"{job}: {state}")
+        if any(state != "finished" for state in states.values()):
+            raise typer.Exit(1)
+
+
+@app.command()
+def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list")] = 15) -> None:
+    """Nodes, queues and jobs as the event store has them."""
+    import asyncio
+
+    from rich.table import Table
+
+    from shared.cli import stack
+
+    view, rejections = asyncio.run(stack.read_view())
+    services = stack.running_services()
+    console.print(f"services: {', '.join(f'{n}({p})' for n, p in services.items()) or 'none running'}")
+    cluster = view.cluster
+    nodes = Table(title="nodes")
+    for col in ("GPU model", "nodes", "GPUs", "GPU used %", "CPU used %"):
+        nodes.add_column(col, justify="right" if col != "GPU model" else "left")
+    if cluster is not None:
+        import numpy as np
+
+        for m, model in enumerate((*cluster.models, "")):
+            mask = cluster.model_idx == (m if model else -1)
+            if not mask.any():
+                continue
+            gcap = cluster.gpu_cap[mask].sum()
+            used = 100 * (gcap - cluster.gpu_free[mask].sum()) / gcap if gcap else 0.0
+            cpu_used = 100 * (1 - cluster.cpu_free[mask].sum() / max(1, cluster.cpu_cap[mask].sum()))
+            nodes.add_row(
+                model or "(CPU only)",
+                str(int(mask.sum())),
+                str(int(np.sum(cluster.gpu_count[mask]))),
+                f"{used:.1f}",
+                f"{cpu_used:.1f}",
+            )
+    console.print(nodes)
+    queues = Table(title="queues")
+    for col in ("queue", "pending", "placed", "running", "finished", "failed", "cancelled"):
+        queues.add_column(col, justify="right" if col != "queue" else "left")
+    per_queue: dict[str, dict[str, int]] = {}
+    for record in view.jobs.values():
+        per_queue.setdefault(record.spec.queue, {}).setdefault(record.state, 0)
+        per_queue[record.spec.queue][record.state] += 1
+    for q, counts in sorted(per_queue.items()):
+        queues.add_row(
+            q,
+            *[
+                str(counts.get(c, 0))
+                for c in ("pending", "placed", "running", "finished", "failed", "cancelled")
+            ],
+        )
+    console.print(queues)
+    recent = Table(title=f"latest {jobs} jobs ({len(view.jobs)} admitted, {len(rejections)} rejected)")
+    for col in ("job", "tenant", "queue", "state", "nodes"):
+        recent.add_column(col)
+    for record in sorted(view.jobs.values(), key=lambda r: -r.admitted_at)[:jobs]:
+        recent.add_row(
+            record.spec.id,
+            record.spec.tenant,
+            record.spec.queue,
+            record.state,
+            ",".join(sorted({b.node for b in record.bindings})),
+        )
+    console.print(recent)
+    for job, reason in list(rejections.items())[-5:]:
+        console.print(f"[yellow]rejected {job}: {reason}[/yellow]")
+
+
+@app.command()
+def demo(
+    jobs: Annotated[int, typer.Option(help="openb pods to replay (the earliest by creation time)")] = 2000,
+    nodes_limit: Annotated[int, typer.Option("--nodes", help="simulated openb GPU nodes (0: all 1,213)")] = 0,
+    workers: Annotated[int, typer.Option(help="placement workers")] = 2,
+    speedup: Annotated[float, typer.Option(help="divide the trace's run times by this")] = 600.0,
+    settle: Annotated[
+        float, typer.Option(help="seconds to wait for placements after the last submission")
+    ] = 60.0,
+    keep: Annotated[bool, typer.Option(help="leave the services running afterwards")] = False,
+) -> None:
+    """The main job: bring the stack up on simulated openb nodes, replay the trace through Kafka, report."""
+    import asyncio
+    import time
+
+    import numpy as np
+    from rich.progress import Progress
+
+    from shared.cli import stack
+    from shared.sim.trace import load_pods
+
+    up(
+        workers=workers,
+        agent=AgentMode.simulated,
+        nodes=TRACES / "openb_node_list_gpu_node.csv",
+        limit=nodes_limit,
+        speedup=speedup,
+        policy=DEFAULT_POLICY,
+    )
+    pods = sorted(load_pods(DEFAULT_PODS), key=lambda p: (p.creation_time, p.name))[:jobs]
+    run_tag = time.strftime("%H%M%S")
+    specs = [stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{run_tag}"}) for p in pods]
+    sent: dict[str, float] = {}
+    with Progress(console=console) as progress:
+        task = progress.add_task("submitting through Kafka", total=len(specs))
+        for start in range(0, len(specs), 100):
+            sent.update(asyncio.run(stack.submit(specs[start : start + 100])))
+            progress.advance(task, min(100, len(specs) - start))
+        task2 = progress.add_task("waiting for placements", total=len(specs))
+        deadline = time.time() + settle
+        while time.time() < deadline:
+            view, rejected = asyncio.run(stack.read_view())
+            placed = sum(1 for j in specs if j.id in view.jobs and view.jobs[j.id].state != "pending")
+            progress.update(task2, completed=placed + sum(1 for j in specs if j.id in rejected))
+            if placed + sum(1 for j in specs if j.id in rejected) >= len(specs):
+                break
+            time.sleep(1)
+    view, rejected = asyncio.run(stack.read_view())
+    mine = [view.jobs[s.id] for s in specs if s.id in view.jobs]
+    states: dict[str, int] = {}
+    for r in mine:
+        states[r.state] = states.get(r.state, 0) + 1
+    latency = np.array(asyncio.run(stack.placement_latencies(sent))) * 1000
+    cluster = view.cluster
+    alloc = 100 * cluster.used_gpu_milli() / cluster.total_gpu_milli if cluster is not None else 0.0
+    n_rejected = sum(1 for s in specs if s.id in rejected)
+    console.print(f"jobs submitted {len(specs)}, admitted {len(mine)}, rejected {n_rejected}")
+    console.print("states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    console.print(
+        f"GPU allocation now {alloc:.1f}% of {cluster.total_gpu_milli // 1000 if cluster else 0} GPUs"
+    )
+    if latency.size:
+        console.print(
+            f"submit-to-placement latency p50 {np.percentile(latency, 50):.0f} ms, "
+            f"p99 {np.percentile(latency, 99):.0f} ms over {latency.size} placed jobs"
+        )
+    if not keep:
+        stack.stop_all()
+        console.print("services stopped (PostgreSQL and Kafka keep running: tessera infra down)")
+
+
 @app.command()
 def schema(
     out: Annotated[Path, typer.Option(help="folder for the JSON Schema files")] = Path("out/schemas"),

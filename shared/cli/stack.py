@@ -7,6 +7,7 @@ its pid in ``.local/run/<name>.pid``; ``down`` stops them with SIGTERM (SIGKILL 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
 
 from schemas import JobSpec, SubmitJob
 from shared.bus import BusProducer, ensure_topics
@@ -40,16 +40,39 @@ def service_commands(
         "admission": [py, "-m", "services.admission.app"],
     }
     for i in range(1, workers + 1):
-        commands[f"placement-{i}"] = [py, "-m", "services.placement.app", "--name", f"w{i}", "--policy", policy]
+        commands[f"placement-{i}"] = [
+            py,
+            "-m",
+            "services.placement.app",
+            "--name",
+            f"w{i}",
+            "--policy",
+            policy,
+        ]
     if agent == "simulated":
         assert nodes is not None
-        argv = [py, "-m", "services.agent.app", "--mode", "simulated", "--nodes", str(nodes), "--speedup", str(speedup)]
+        argv = [
+            py,
+            "-m",
+            "services.agent.app",
+            "--mode",
+            "simulated",
+            "--nodes",
+            str(nodes),
+            "--speedup",
+            str(speedup),
+        ]
         if limit:
             argv += ["--limit", str(limit)]
         commands["agent"] = argv
     else:
         commands["agent"] = [py, "-m", "services.agent.app", "--mode", "process"]
     return commands
+
+
+def ready_names(commands: dict[str, list[str]]) -> list[str]:
+    """The readiness marker each started service writes (placement-N writes placement-wN)."""
+    return [f"placement-w{n.split('-')[1]}" if n.startswith("placement-") else n for n in commands]
 
 
 def pid_of(name: str) -> int | None:
@@ -74,7 +97,12 @@ def start(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> 
     LOGS.mkdir(parents=True, exist_ok=True)
     log = (LOGS / f"{name}.log").open("ab")
     proc = subprocess.Popen(
-        list(argv), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env or os.environ.copy()
+        list(argv),
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env or os.environ.copy(),
     )
     (RUN / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
@@ -92,19 +120,15 @@ def running_services() -> dict[str, int]:
 def stop_all(names: Iterable[str] | None = None, timeout: float = 10.0) -> list[str]:
     targets = {n: p for n, p in running_services().items() if names is None or n in names}
     for pid in targets.values():
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGTERM)
-        except OSError:
-            pass
     deadline = time.time() + timeout
     while time.time() < deadline and any(pid_of(n) for n in targets):
         time.sleep(0.2)
     for name, pid in targets.items():
         if pid_of(name) is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
         (RUN / f"{name}.pid").unlink(missing_ok=True)
     return sorted(targets)
 
@@ -115,7 +139,9 @@ def load_job_file(path: Path) -> list[JobSpec]:
     return [JobSpec.model_validate(d) for d in docs]
 
 
-def spec_from_trace(pod: TracePod, speed: float = 1.0, tenant: str = "openb", queue: str = "default") -> JobSpec:
+def spec_from_trace(
+    pod: TracePod, speed: float = 1.0, tenant: str = "openb", queue: str = "default"
+) -> JobSpec:
     s = pod.shape
     resources: dict[str, object] = {"cpu": f"{s.cpu_milli}m", "memory": f"{max(1, s.memory_mib)}Mi"}
     if s.is_shared:
@@ -169,7 +195,9 @@ async def read_view(settings: Settings | None = None) -> tuple[ClusterView, dict
         await store.close()
 
 
-async def wait_for(job_ids: Iterable[str], timeout: float, settings: Settings | None = None) -> dict[str, str]:
+async def wait_for(
+    job_ids: Iterable[str], timeout: float, settings: Settings | None = None
+) -> dict[str, str]:
     """Poll the event store until every job is terminal or rejected (or ``timeout``)."""
     settings = settings or Settings()
     wanted = set(job_ids)
@@ -180,12 +208,33 @@ async def wait_for(job_ids: Iterable[str], timeout: float, settings: Settings | 
     try:
         while True:
             await catch_up(view, store)
-            for job in wanted - set(rejected):
+            for job in wanted - set(rejected) - set(view.jobs):
                 for e in await store.read_stream(f"rejected-{job}"):
                     rejected[job] = f"rejected ({e.data['code']}): {e.data['reason']}"
-            states = {j: rejected.get(j) or (view.jobs[j].state if j in view.jobs else "submitted") for j in wanted}
-            if all(s in TERMINAL or s.startswith("rejected") for s in states.values()) or time.time() > deadline:
+            # An admitted job's state wins over a later rejection of a resubmission with its id.
+            states: dict[str, str] = {j: view.jobs[j].state for j in wanted if j in view.jobs}
+            states.update({j: rejected.get(j, "submitted") for j in wanted if j not in view.jobs})
+            if (
+                all(s in TERMINAL or s.startswith("rejected") for s in states.values())
+                or time.time() > deadline
+            ):
                 return states
             await asyncio.sleep(0.3)
+    finally:
+        await store.close()
+
+
+async def placement_latencies(sent: dict[str, float], settings: Settings | None = None) -> list[float]:
+    """Seconds from submission to the ``JobPlaced`` commit, for every submitted job placed so far."""
+    settings = settings or Settings()
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    try:
+        out = []
+        for job, t0 in sent.items():
+            for e in await store.read_stream(f"job-{job}"):
+                if e.type == "JobPlaced":
+                    out.append(e.recorded_at.timestamp() - t0)
+                    break
+        return out
     finally:
         await store.close()

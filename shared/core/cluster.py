@@ -5,13 +5,15 @@ Python loop per node.  Absent GPU slots are padded with capacity 0 and free 0: a
 satisfies a request (every GPU request is at least 1 milli) and adds nothing to any sum, so no
 code path needs a separate "does this GPU exist" mask.
 
-Every change to a node bumps ``version[node]``.  Scorers use it to know which cached per-node
-values are stale, and the placement service maps it onto the node's event-stream version for
-optimistic concurrency.
+Every change to a node gives ``version[node]`` a new stamp, unique across every ``ClusterState``
+and copy in the process (a shared counter), so a scorer's cache keyed by (node, version) can never
+mistake one state for another — not even a state staged on a cycle's copy and then discarded.
+The stamps carry no meaning beyond that and never influence a decision.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +24,8 @@ from shared.core.task import MILLI, NodeSpec, TaskShape
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+_STAMPS = itertools.count(1)
 
 AFFINITY_CLASSES = 9
 """Columns of ``ClusterState.affinity``: 0 = shared-GPU tasks, k = tasks of k whole GPUs (1..8)."""
@@ -120,7 +124,7 @@ class ClusterState:
             self.gpu_free[node, g] -= task.gpu_milli
         if task.affinity_class >= 0:
             self.affinity[node, task.affinity_class] += 1
-        self.version[node] += 1
+        self.version[node] = next(_STAMPS)
         return Placement(node=node, gpus=gpus, task=task)
 
     def remove(self, placement: Placement) -> None:
@@ -139,7 +143,7 @@ class ClusterState:
             self.gpu_free[node, g] += task.gpu_milli
         if task.affinity_class >= 0:
             self.affinity[node, task.affinity_class] -= 1
-        self.version[node] += 1
+        self.version[node] = next(_STAMPS)
 
     def free_state(self, node: int) -> tuple[int, int, tuple[int, ...]]:
         """The node's free (cpu, memory, per-GPU) resources, for tests and reports."""

@@ -28,6 +28,7 @@ from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import NOTIFY_CHANNEL, PostgresEventStore
 from shared.settings import Settings
+from shared.state.readiness import mark_ready
 
 RELAY_CONSUMER = "relay:tessera.events"
 
@@ -109,6 +110,7 @@ class Relay:
         listener: asyncpg.Connection = await asyncpg.connect(self.store.dsn)
         await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
         cursor = await self.store.tracked_position(self.name)
+        mark_ready("relay")
         try:
             while not stop.is_set():
                 events = await self.store.read_all(cursor, self.batch)
