@@ -48,6 +48,7 @@ class Stats:
     conflicts: int = 0
     cycles: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "append": 0.0, "catch_up": 0.0})
 
 
 class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -113,7 +114,8 @@ class Worker:
         self._wake = asyncio.Event()
 
     def profile(self) -> Profile:
-        """The policy, rebuilt when nodes change or the seen workload grew by a quarter."""
+        """The policy, rebuilt when nodes change or the seen workload grew fourfold (a rebuild
+        drops the scorer's caches, so it must stay rare)."""
         cluster = self.view.cluster
         assert cluster is not None
         jobs = len(self.view.jobs)
@@ -191,6 +193,7 @@ class Worker:
                 await self._sleep_until_change(follower, 0.5)
                 continue
             rng = np.random.default_rng([self.seed, self.view.position])
+            t0 = time.perf_counter()
             try:
                 decision = plan(self.view, owned, self.profile(), rng, self.max_jobs)
             except Exception:  # a bug must not take the worker down: log, refresh, go on
@@ -200,6 +203,8 @@ class Worker:
                 await asyncio.sleep(0.5)
                 continue
             self.stats.cycles += 1
+            t1 = time.perf_counter()
+            self.stats.seconds["plan"] += t1 - t0
             if not decision.events:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue
@@ -217,9 +222,12 @@ class Worker:
                 for job in chunk.jobs:
                     self.stats.latencies_ms.append(1000 * (now - self.view.jobs[job].admitted_time))
                 self.stats.placements += len(chunk.jobs)
+            t2 = time.perf_counter()
+            self.stats.seconds["append"] += t2 - t1
             # See our own placements (the relay brings them back) before planning again.
             if last_position == 0 or not await follower.wait_past(last_position, timeout=2.0):
                 await catch_up(self.view, store)
+            self.stats.seconds["catch_up"] += time.perf_counter() - t2
 
     async def _sleep_until_change(self, follower: EventFollower, timeout: float) -> None:
         follower.changed.clear()
@@ -245,6 +253,7 @@ class Worker:
             "cycles": self.stats.cycles,
             "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
             "latency_p99_ms": round(float(np.percentile(lat, 99)), 1),
+            "seconds": {k: round(v, 2) for k, v in self.stats.seconds.items()},
             "position": self.view.position,
             "digest": digest(self.view),
         }
@@ -259,7 +268,7 @@ def main() -> None:
     parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-jobs", type=int, default=200, help="jobs planned per cycle")
-    parser.add_argument("--chunk-jobs", type=int, default=25, help="jobs per append (one transaction)")
+    parser.add_argument("--chunk-jobs", type=int, default=50, help="jobs per append (one transaction)")
     args = parser.parse_args()
     logging.basicConfig(
         level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
@@ -272,7 +281,13 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         await Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs, args.chunk_jobs).run(stop)
 
-    asyncio.run(go())
+    profile_to = os.environ.get("TESSERA_PROFILE")
+    if profile_to:  # developer aid: cProfile the whole worker into this file
+        import cProfile
+
+        cProfile.runctx("asyncio.run(go())", globals(), locals(), profile_to)
+    else:
+        asyncio.run(go())
 
 
 if __name__ == "__main__":

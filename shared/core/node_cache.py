@@ -8,7 +8,7 @@ fragmentation evaluation per decision into O(changed nodes) plus a vectorised ve
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +37,10 @@ class NodeValueCache:
     def lookup(
         self, cluster: ClusterState, task: TaskShape, nodes: IntArray, compute: Compute
     ) -> tuple[FloatArray, IntArray]:
+        """``compute`` must not depend on the task's memory: tasks differing only in memory share
+        an entry (memory only filters; no fragmentation score looks at it)."""
+        if task.memory_mib:
+            task = replace(task, memory_mib=0)
         entry = self._entries.get(task)
         if entry is None:
             if len(self._entries) >= self._max_shapes:

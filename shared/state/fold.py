@@ -64,7 +64,8 @@ class ClusterView:
         self.inventories: dict[str, NodeInventory] = {}
         self.stream_versions: dict[str, int] = {}
         self.jobs: dict[str, JobRecord] = {}
-        self.cluster: ClusterState | None = None
+        self._cluster: ClusterState | None = None
+        self._stale = False  # nodes registered since the arrays were last built
         self._held: dict[tuple[str, int], Placement] = {}  # (job, task) -> resources it holds
 
     # -- folding ----------------------------------------------------------------------------
@@ -129,20 +130,28 @@ class ClusterView:
 
     def _release(self, job_id: str, task: int) -> None:
         placement = self._held.pop((job_id, task), None)
-        if placement is not None and self.cluster is not None:
-            self.cluster.remove(placement)
+        cluster = self.cluster
+        if placement is not None and cluster is not None:
+            cluster.remove(placement)
 
     def _register(self, inventory: NodeInventory) -> None:
         known = self.inventories.get(inventory.name)
         if known == inventory:
             return
         self.inventories[inventory.name] = inventory
-        self._rebuild()
+        self._stale = True  # rebuilt on next use: registering 1,500 nodes costs one rebuild
+
+    @property
+    def cluster(self) -> ClusterState | None:
+        if self._stale:
+            self._rebuild()
+        return self._cluster
 
     def _rebuild(self) -> None:
         """A new node: rebuild the arrays and re-take every held placement on them."""
+        self._stale = False
         if not self.inventories:
-            self.cluster = None
+            self._cluster = None
             return
         names = sorted(self.inventories)
         offset = self.rotation % len(names)
@@ -150,10 +159,10 @@ class ClusterView:
         cluster = ClusterState(specs)
         held = {}
         for key, p in self._held.items():
-            name = self.cluster.names[p.node] if self.cluster is not None else None
+            name = self._cluster.names[p.node] if self._cluster is not None else None
             if name is not None and name in cluster.index:
                 held[key] = cluster.place(cluster.index[name], p.task, p.gpus)
-        self.cluster, self._held = cluster, held
+        self._cluster, self._held = cluster, held
 
     def _ensure_cluster(self) -> ClusterState:
         if self.cluster is None:

@@ -1,0 +1,91 @@
+"""A whole Tessera stack as child processes, on its own database and topic prefix.
+
+Used by the end-to-end tests and ``bench_pipeline.py``: every service is a separate process, as in
+production, started in order and awaited until its readiness marker appears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from shared.cli import stack
+from shared.eventstore.port import RecordedEvent
+from shared.eventstore.postgres import PostgresEventStore
+from shared.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class LiveStack:
+    def __init__(self, kafka: str, database: str, prefix: str, folder: Path) -> None:
+        self.folder = folder
+        self.env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": kafka,
+            "DATABASE_URL": database,
+            "TESSERA_TOPIC_PREFIX": prefix,
+            "TESSERA_STATS_DIR": str(folder),
+            "TESSERA_LOG_LEVEL": "INFO",
+        }
+        self.settings = Settings(KAFKA_BOOTSTRAP_SERVERS=kafka, DATABASE_URL=database, topic_prefix=prefix)
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(self, name: str, *argv: str, ready: str | None = None) -> None:
+        marker = self.folder / f"{ready or name}.ready"
+        marker.unlink(missing_ok=True)
+        log = (self.folder / f"{name}.log").open("ab")
+        env = {**self.env, "TESSERA_SERVICE_NAME": ready or name}
+        self.procs[name] = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, cwd=ROOT, env=env, stdout=log, stderr=log
+        )
+        deadline = time.time() + 60
+        while not marker.exists():
+            assert self.procs[name].returncode is None, (self.folder / f"{name}.log").read_text()[-3000:]
+            assert time.time() < deadline, f"{name} not ready"
+            await asyncio.sleep(0.1)
+
+    async def standard(self, workers: int, agent: list[str]) -> None:
+        await self.start("relay", "-m", "shared.eventstore.relay")
+        await self.start("admission", "-m", "services.admission.app")
+        await self.start("agent", "-m", "services.agent.app", *agent)
+        for i in range(1, workers + 1):
+            await self.start(
+                f"placement-{i}", "-m", "services.placement.app", "--name", f"w{i}", ready=f"placement-w{i}"
+            )
+
+    async def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+    async def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+
+    async def wait_terminal(self, job_ids: list[str], timeout: float) -> dict[str, str]:
+        return await stack.wait_for(job_ids, timeout, self.settings)
+
+    def stats(self) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.folder.glob("placement-*.json"))]
+
+
+async def log_of(database: str) -> list[RecordedEvent]:
+    """The whole event log of ``database``."""
+    store = await PostgresEventStore.connect(database, max_size=2)
+    try:
+        return await store.read_all(0, 10**7)
+    finally:
+        await store.close()
