@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint unit infra-up infra-down infra-status bench clean
+.PHONY: setup demo simulate test lint unit infra-up infra-down infra-status bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,9 +23,14 @@ infra-down:
 infra-status:
 	infra/kafka.sh status; infra/postgres.sh status
 
-## demo: set everything up and run the main job (FGD vs BestFit vs Tessera on the openb trace)
+## demo: set everything up and run the main job: the live stack on simulated openb nodes, the
+##       openb trace replayed through Kafka, and what happened
 demo: infra-up
-	$(BIN)/tessera simulate --policy bestfit,fgd,tessera --seeds 42-44 --out out/demo
+	$(BIN)/tessera demo
+
+## simulate: FGD vs BestFit vs Tessera on the openb trace with the offline simulator (3 seeds)
+simulate: setup
+	$(BIN)/tessera simulate --policy bestfit,fgd,tessera --seeds 42-44 --out out/simulate
 
 ## lint: ruff and mypy (strict)
 lint: setup
@@ -45,6 +50,7 @@ unit: setup
 bench: infra-up
 	$(BIN)/python loadtests/bench_policy.py
 	$(BIN)/python loadtests/bench_eventstore.py
+	$(BIN)/python loadtests/bench_pipeline.py
 
 clean:
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache

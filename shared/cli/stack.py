@@ -173,6 +173,26 @@ async def submit(specs: Sequence[JobSpec], settings: Settings | None = None) -> 
     return sent
 
 
+async def peak_allocation(settings: Settings | None = None) -> tuple[float, int]:
+    """Replay the log and return the highest GPU allocation % it reached and at which position."""
+    settings = settings or Settings()
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    try:
+        view, best, where, position = ClusterView(), 0.0, 0, 0
+        while events := await store.read_all(position, 5000):
+            for e in events:
+                view.apply(e)
+                cluster = view.cluster
+                if e.type == "JobPlaced" and cluster is not None and cluster.total_gpu_milli:
+                    used = 100 * cluster.used_gpu_milli() / cluster.total_gpu_milli
+                    if used > best:
+                        best, where = used, e.position
+            position = events[-1].position
+        return best, where
+    finally:
+        await store.close()
+
+
 async def read_view(settings: Settings | None = None) -> tuple[ClusterView, dict[str, str]]:
     """The cluster as the event store has it, and the rejections by job id."""
     settings = settings or Settings()
