@@ -19,7 +19,7 @@ from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
 from shared.state.fold import ClusterView
-from shared.state.follow import catch_up
+from shared.state.follow import catch_up, restore
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.admission")
@@ -94,7 +94,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     names = settings.topics
     await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=names)
     store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
-    view = ClusterView()
+    view = await restore(store)  # snapshot plus tail
     queues = queues_from_env()
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-admission") as producer:
         consumer = BusConsumer(

@@ -31,7 +31,7 @@ from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
 from shared.state.fold import TERMINAL, ClusterView
-from shared.state.follow import EventFollower, catch_up
+from shared.state.follow import EventFollower, catch_up, restore
 from shared.state.readiness import mark_ready
 from shared.state.wire import job_stream, node_stream
 
@@ -114,6 +114,7 @@ class Agent:
         s = self.settings
         await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         self.store = store = await PostgresEventStore.connect(s.database_url, max_size=6)
+        self.view = await restore(store)  # snapshot plus tail
         await self.register(store)
         await catch_up(self.view, store)
         follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events)

@@ -36,7 +36,7 @@ from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
 from shared.state.fold import ClusterView, digest
-from shared.state.follow import EventFollower, catch_up
+from shared.state.follow import EventFollower, catch_up, restore, save_snapshot
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.placement")
@@ -138,7 +138,7 @@ class Worker:
         s = self.settings
         await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         store = await PostgresEventStore.connect(s.database_url, max_size=4)
-        await catch_up(self.view, store)
+        self.view = await restore(store, self.view.rotation)  # snapshot plus tail
         follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,
@@ -157,6 +157,7 @@ class Worker:
             asyncio.create_task(follower.run(stop)),
             asyncio.create_task(self._take_work(consumer, stop)),
             asyncio.create_task(self._write_stats(stop)),
+            asyncio.create_task(self._snapshots(store, stop)),
         ]
         try:
             await self._place(store, follower, consumer, stop)
@@ -236,6 +237,15 @@ class Worker:
         await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         for w in waits:
             w.cancel()
+
+    async def _snapshots(self, store: PostgresEventStore, stop: asyncio.Event, every: int = 5000) -> None:
+        """Keep a snapshot of the view no more than ``every`` events old (restarts replay less)."""
+        saved = self.view.position
+        while not stop.is_set():
+            await asyncio.sleep(5.0)
+            if self.view.position - saved >= every:
+                await save_snapshot(self.view, store)
+                saved = self.view.position
 
     async def _write_stats(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -197,6 +197,68 @@ class ClusterView:
         }
 
 
+SNAPSHOT_NAME = "cluster-view"
+SNAPSHOT_VERSION = 1
+
+
+def to_snapshot(view: ClusterView) -> dict[str, Any]:
+    """The view as JSON: enough to rebuild it exactly (the arrays are re-derived)."""
+    return {
+        "snapshot_version": SNAPSHOT_VERSION,
+        "position": view.position,
+        "inventories": [i.model_dump(mode="json", by_alias=True) for i in view.inventories.values()],
+        "stream_versions": view.stream_versions,
+        "jobs": {
+            job_id: {
+                "spec": r.spec.model_dump(mode="json", by_alias=True),
+                "admitted_at": r.admitted_at,
+                "admitted_time": r.admitted_time,
+                "state": r.state,
+                "bindings": [b.model_dump(mode="json") for b in r.bindings],
+                "started": {str(k): v for k, v in r.started.items()},
+                "done": {str(k): v for k, v in r.done.items()},
+                "placed_at": r.placed_at,
+                "version": r.version,
+            }
+            for job_id, r in view.jobs.items()
+        },
+    }
+
+
+def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
+    """Rebuild a view from :func:`to_snapshot`; resources held by unfinished tasks are re-taken."""
+    if body.get("snapshot_version") != SNAPSHOT_VERSION:
+        raise ValueError(f"unknown snapshot version {body.get('snapshot_version')!r}")
+    view = ClusterView(rotation)
+    view.position = int(body["position"])
+    view.stream_versions = {k: int(v) for k, v in body["stream_versions"].items()}
+    for raw in body["inventories"]:
+        inventory = NodeInventory.model_validate(raw)
+        view.inventories[inventory.name] = inventory
+    view._stale = True
+    for job_id, raw in body["jobs"].items():
+        record = JobRecord(
+            spec=JobSpec.model_validate(raw["spec"]),
+            admitted_at=int(raw["admitted_at"]),
+            admitted_time=float(raw["admitted_time"]),
+            state=raw["state"],
+            bindings=[TaskBinding.model_validate(b) for b in raw["bindings"]],
+            started={int(k): float(v) for k, v in raw["started"].items()},
+            done={int(k): str(v) for k, v in raw["done"].items()},
+            placed_at=raw["placed_at"],
+            version=int(raw["version"]),
+        )
+        view.jobs[job_id] = record
+    cluster = view.cluster
+    for job_id, record in view.jobs.items():
+        if record.state in ("placed", "running") and cluster is not None:
+            shape = record.shape
+            for b in record.bindings:
+                if b.task not in record.done:
+                    view._held[(job_id, b.task)] = cluster.place(cluster.index[b.node], shape, tuple(b.gpus))
+    return view
+
+
 def digest(view: ClusterView) -> str:
     """A short hash of :meth:`ClusterView.summary`: equal digests, equal states."""
     import hashlib

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer
 
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
-from shared.state.fold import ClusterView
+from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot, to_snapshot
 
 
 def decode_envelope(raw: bytes) -> RecordedEvent:
@@ -30,6 +30,18 @@ def decode_envelope(raw: bytes) -> RecordedEvent:
         metadata=body.get("metadata", {}),
         recorded_at=datetime.fromisoformat(body["recorded_at"]),
     )
+
+
+async def restore(store: EventStore, rotation: int = 0) -> ClusterView:
+    """The view from the latest snapshot (if any) plus the log's tail after it."""
+    found = await store.load_snapshot(SNAPSHOT_NAME)
+    view = from_snapshot(found[1], rotation) if found is not None else ClusterView(rotation)
+    await catch_up(view, store)
+    return view
+
+
+async def save_snapshot(view: ClusterView, store: EventStore) -> None:
+    await store.save_snapshot(SNAPSHOT_NAME, view.position, to_snapshot(view))
 
 
 async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> int:
