@@ -10,13 +10,13 @@ import asyncio
 import json
 import logging
 import os
-import signal
 
 from schemas.commands import CancelJob, CommandAdapter, SubmitJob
 from services.admission.handlers import Outcome, QueueRights, admit, cancel
 from shared.bus import BusConsumer, BusProducer, ensure_topics
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
+from shared.service import run_service
 from shared.settings import Settings
 from shared.state.fold import ClusterView
 from shared.state.follow import catch_up, restore
@@ -126,18 +126,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
-    )
-    stop = asyncio.Event()
-
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await run(stop)
-
-    asyncio.run(go())
+    run_service(run)
 
 
 if __name__ == "__main__":

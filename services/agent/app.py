@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime
 from shared.bus import ensure_topics
 from shared.eventstore import ANY_VERSION, NO_STREAM, ConcurrencyError, NewEvent
 from shared.eventstore.postgres import PostgresEventStore
+from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
 from shared.state.fold import TERMINAL, ClusterView
@@ -215,9 +215,6 @@ def main() -> None:
     parser.add_argument("--prefix", default="", help="simulated mode: prefix for node names")
     parser.add_argument("--speedup", type=float, default=1.0, help="simulated mode: divide durations by this")
     args = parser.parse_args()
-    logging.basicConfig(
-        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
-    )
     runtime: Runtime
     if args.mode == "process":
         inventories = [machine_inventory(args.name)]
@@ -227,15 +224,7 @@ def main() -> None:
             parser.error("--nodes is required in simulated mode")
         inventories = simulated_inventories(args.nodes, args.limit, args.prefix)
         runtime = SimulatedRuntime(speedup=args.speedup)
-    stop = asyncio.Event()
-
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await Agent(Settings(), inventories, runtime).run(stop)
-
-    asyncio.run(go())
+    run_service(Agent(Settings(), inventories, runtime).run)
 
 
 if __name__ == "__main__":

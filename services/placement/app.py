@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
+from shared.service import run_service
 from shared.settings import Settings
 from shared.state.fold import ClusterView, digest
 from shared.state.follow import EventFollower, catch_up, restore, save_snapshot
@@ -280,24 +280,14 @@ def main() -> None:
     parser.add_argument("--max-jobs", type=int, default=200, help="jobs planned per cycle")
     parser.add_argument("--chunk-jobs", type=int, default=50, help="jobs per append (one transaction)")
     args = parser.parse_args()
-    logging.basicConfig(
-        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
-    )
-    stop = asyncio.Event()
-
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs, args.chunk_jobs).run(stop)
-
+    worker = Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs, args.chunk_jobs)
     profile_to = os.environ.get("TESSERA_PROFILE")
     if profile_to:  # developer aid: cProfile the whole worker into this file
         import cProfile
 
-        cProfile.runctx("asyncio.run(go())", globals(), locals(), profile_to)
+        cProfile.runctx("run_service(worker.run)", globals(), locals(), profile_to)
     else:
-        asyncio.run(go())
+        run_service(worker.run)
 
 
 if __name__ == "__main__":
