@@ -57,7 +57,14 @@ class LiveStack:
         await self.start("agent", "-m", "services.agent.app", *agent)
         for i in range(1, workers + 1):
             await self.start(
-                f"placement-{i}", "-m", "services.placement.app", "--name", f"w{i}", ready=f"placement-w{i}"
+                f"placement-{i}",
+                "-m",
+                "services.placement.app",
+                "--name",
+                f"w{i}",
+                "--shard",
+                f"{i - 1}/{workers}",
+                ready=f"placement-w{i}",
             )
 
     async def kill(self, name: str) -> None:

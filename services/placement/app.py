@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from services.placement.handlers import plan
+from services.placement.handlers import plan, shard_mask
 from shared.bus import ensure_topics
+from shared.core.cluster import BoolArray
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile
@@ -102,10 +103,13 @@ class Worker:
         policy: str,
         seed: int = 0,
         max_jobs: int = 200,
-        chunk_jobs: int = 25,
+        chunk_jobs: int = 50,
+        shard: tuple[int, int] | None = None,
     ) -> None:
         self.settings, self.name, self.policy = settings, name, policy
         self.seed, self.max_jobs, self.chunk_jobs = seed, max_jobs, chunk_jobs
+        self.shard = shard
+        self._preferred: tuple[tuple[str, ...], BoolArray | None] | None = None
         self.view = ClusterView(rotation=zlib.crc32(name.encode()))
         self.stats = Stats()
         self.work = WorkItems()
@@ -133,6 +137,15 @@ class Worker:
             self._profile = build_profile(self.policy, workload)
             self._profile_key = key
         return self._profile
+
+    def preferred(self) -> BoolArray | None:
+        """This worker's share of the nodes (tried first), recomputed when the nodes change."""
+        cluster = self.view.cluster
+        if cluster is None:
+            return None
+        if self._preferred is None or self._preferred[0] != cluster.names:
+            self._preferred = (cluster.names, shard_mask(cluster.names, self.shard))
+        return self._preferred[1]
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -196,7 +209,7 @@ class Worker:
             rng = np.random.default_rng([self.seed, self.view.position])
             t0 = time.perf_counter()
             try:
-                decision = plan(self.view, owned, self.profile(), rng, self.max_jobs)
+                decision = plan(self.view, owned, self.profile(), rng, self.max_jobs, self.preferred())
             except Exception:  # a bug must not take the worker down: log, refresh, go on
                 log.exception("planning failed; refreshing the view")
                 self._profile = None
@@ -279,8 +292,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-jobs", type=int, default=200, help="jobs planned per cycle")
     parser.add_argument("--chunk-jobs", type=int, default=50, help="jobs per append (one transaction)")
+    parser.add_argument(
+        "--shard", default="", help="K/N: prefer the nodes of share K of N (one per worker; fewer conflicts)"
+    )
     args = parser.parse_args()
-    worker = Worker(Settings(), args.name, args.policy, args.seed, args.max_jobs, args.chunk_jobs)
+    shard = tuple(int(x) for x in args.shard.split("/")) if args.shard else None
+    worker = Worker(
+        Settings(),
+        args.name,
+        args.policy,
+        args.seed,
+        args.max_jobs,
+        args.chunk_jobs,
+        shard,  # type: ignore[arg-type]
+    )
     profile_to = os.environ.get("TESSERA_PROFILE")
     if profile_to:  # developer aid: cProfile the whole worker into this file
         import cProfile

@@ -9,12 +9,14 @@ worker changed one of those nodes first, the whole append fails and the worker r
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
 
 from schemas.events import JobPlaced, TaskBinding
+from shared.core.cluster import BoolArray
 from shared.core.cycle import PendingJob, run_cycle
 from shared.core.framework import Profile
 from shared.eventstore import NewEvent
@@ -47,19 +49,28 @@ class Plan:
         return out
 
 
+def shard_mask(names: tuple[str, ...], shard: tuple[int, int] | None) -> BoolArray | None:
+    """Nodes whose name hashes to shard ``k`` of ``n`` (``None``: no preference)."""
+    if shard is None or shard[1] <= 1:
+        return None
+    k, n = shard
+    return np.array([zlib.crc32(name.encode()) % n == k for name in names], dtype=np.bool_)
+
+
 def plan(
     view: ClusterView,
     job_ids: Collection[str],
     profile: Profile,
     rng: np.random.Generator,
     max_jobs: int = 500,
+    preferred: BoolArray | None = None,
 ) -> Plan:
     cluster = view.cluster
     if cluster is None:
         return Plan([], {}, [], {})
     records = [j for j in view.pending() if j.spec.id in job_ids]
     pending = [PendingJob(j.spec.id, j.shape, j.spec.replicas) for j in records]
-    result = run_cycle(cluster, pending, profile, rng, max_jobs=max_jobs)
+    result = run_cycle(cluster, pending, profile, rng, max_jobs=max_jobs, preferred=preferred)
     events: list[NewEvent] = []
     expected: dict[str, int] = {}
     for record in records:

@@ -5,6 +5,8 @@
 3. For each job, decide every replica in turn, staging each placement on the copy (a Volcano
    "statement"); if any replica does not fit, discard the job's staged placements, so a gang never
    holds part of its resources.
+   With ``preferred`` nodes (a placement worker's own share), each replica is first tried on
+   those and only then on any node, so workers sharing a cluster seldom race for one node.
 4. Return the placements intended and the reasons for the jobs that did not fit.  Nothing is
    written: the shell turns the result into events and appends them with the node versions read.
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shared.core.cluster import ClusterState, Placement
+from shared.core.cluster import BoolArray, ClusterState, Placement
 from shared.core.framework import Profile, Status, decide
 from shared.core.task import TaskShape
 
@@ -41,6 +43,7 @@ def run_cycle(
     profile: Profile,
     rng: np.random.Generator,
     max_jobs: int | None = None,
+    preferred: BoolArray | None = None,
 ) -> CycleResult:
     work = snapshot.copy()
     result = CycleResult()
@@ -49,7 +52,9 @@ def run_cycle(
             break
         staged: list[Placement] = []
         for _ in range(job.replicas):
-            decision = decide(work, job.shape, profile, rng)
+            decision = decide(work, job.shape, profile, rng, preferred) if preferred is not None else None
+            if decision is None or not decision.status.ok:
+                decision = decide(work, job.shape, profile, rng)
             if not decision.status.ok:
                 for p in reversed(staged):
                     work.remove(p)

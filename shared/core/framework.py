@@ -141,11 +141,25 @@ def best_fit_gpu(cluster: ClusterState, node: int, task: TaskShape) -> int:
     return int(np.argmin(candidates))
 
 
-def decide(cluster: ClusterState, task: TaskShape, profile: Profile, rng: np.random.Generator) -> Decision:
-    """Filter, score and choose one node (and GPU slots) for ``task``.  Does not change ``cluster``."""
+def decide(
+    cluster: ClusterState,
+    task: TaskShape,
+    profile: Profile,
+    rng: np.random.Generator,
+    allowed: BoolArray | None = None,
+) -> Decision:
+    """Filter, score and choose one node (and GPU slots) for ``task``.  Does not change ``cluster``.
+
+    ``allowed`` optionally restricts the candidates further (a placement worker's own share of
+    the nodes); no allowed node fitting is reported as ``Unschedulable`` by ``"Allowed"``.
+    """
     mask, status = profile.feasible(cluster, task)
     if not status.ok:
         return Decision(status)
+    if allowed is not None:
+        mask = mask & allowed
+        if not mask.any():
+            return Decision(Status(Code.UNSCHEDULABLE, "Allowed", "no allowed node fits"))
     feasible = np.flatnonzero(mask).astype(np.int64)
     scores = profile.scorer.score(cluster, task, feasible, rng)
     pos = int(np.argmax(scores.values))  # first maximum: ties go to the lowest node index

@@ -182,7 +182,9 @@ async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_no
     await live.kill("agent")
     await asyncio.sleep(1.0)
     await live.start("agent", "-m", "services.agent.app", *agent)
-    await live.start("placement-1", "-m", "services.placement.app", "--name", "w1", ready="placement-w1")
+    await live.start(
+        "placement-1", "-m", "services.placement.app", "--name", "w1", "--shard", "0/2", ready="placement-w1"
+    )
     states = await live.wait_terminal([s.id for s in specs], timeout=240)
     terminal = collections.Counter(states.values())
     assert set(terminal) <= TERMINAL and sum(terminal.values()) == len(specs), terminal
