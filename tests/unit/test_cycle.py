@@ -31,3 +31,13 @@ def test_every_replica_of_a_fitting_job_is_placed_without_overlap() -> None:
     slots = [(p.node, g) for p in result.placed["j"] for g in p.gpus]
     assert len(slots) == 8 and len(set(slots)) == 8
     assert result.touched == {0, 1}
+
+
+def test_preferred_nodes_are_tried_first_and_any_node_after() -> None:
+    c = cluster(node("a", gpus=2), node("b", gpus=2))
+    preferred = np.array([False, True])
+    profile = build_profile("bestfit", TypicalWorkload.from_tasks([task(gpus=1)]))
+    result = run_cycle(
+        c, [PendingJob("j", task(gpus=1), replicas=3)], profile, np.random.default_rng(0), preferred=preferred
+    )
+    assert [p.node for p in result.placed["j"]] == [1, 1, 0]
