@@ -5,15 +5,16 @@ Python loop per node.  Absent GPU slots are padded with capacity 0 and free 0: a
 satisfies a request (every GPU request is at least 1 milli) and adds nothing to any sum, so no
 code path needs a separate "does this GPU exist" mask.
 
-Every change to a node gives ``version[node]`` a new stamp, unique across every ``ClusterState``
-and copy in the process (a shared counter), so a scorer's cache keyed by (node, version) can never
-mistake one state for another — not even a state staged on a cycle's copy and then discarded.
-The stamps carry no meaning beyond that and never influence a decision.
+Every change to a node sets ``version[node]`` to a 63-bit digest of the node's free state (CPU,
+memory, per-GPU shares, task counts).  Scorers cache per-node values keyed by (node, version):
+equal states share entries, so what a cycle scored on its private copy is still valid once the
+service folds the same placements into its own view, and a different state never matches (up to
+a 2^-63 collision, which the placement itself would refuse as a misfit rather than over-commit).
+The digests never influence a decision.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,8 +25,6 @@ from shared.core.task import MILLI, NodeSpec, TaskShape
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-
-_STAMPS = itertools.count(1)
 
 AFFINITY_CLASSES = 9
 """Columns of ``ClusterState.affinity``: 0 = shared-GPU tasks, k = tasks of k whole GPUs (1..8)."""
@@ -124,7 +123,7 @@ class ClusterState:
             self.gpu_free[node, g] -= task.gpu_milli
         if task.affinity_class >= 0:
             self.affinity[node, task.affinity_class] += 1
-        self.version[node] = next(_STAMPS)
+        self.version[node] = self._digest(node)
         return Placement(node=node, gpus=gpus, task=task)
 
     def remove(self, placement: Placement) -> None:
@@ -143,7 +142,16 @@ class ClusterState:
             self.gpu_free[node, g] += task.gpu_milli
         if task.affinity_class >= 0:
             self.affinity[node, task.affinity_class] -= 1
-        self.version[node] = next(_STAMPS)
+        self.version[node] = self._digest(node)
+
+    def _digest(self, node: int) -> int:
+        state = (
+            int(self.cpu_free[node]),
+            int(self.mem_free[node]),
+            *self.gpu_free[node].tolist(),
+            *self.affinity[node].tolist(),
+        )
+        return hash(state) & 0x7FFF_FFFF_FFFF_FFFF  # ints hash to themselves: stable across runs
 
     def free_state(self, node: int) -> tuple[int, int, tuple[int, ...]]:
         """The node's free (cpu, memory, per-GPU) resources, for tests and reports."""
