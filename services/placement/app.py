@@ -128,13 +128,14 @@ class Worker:
             self._profile is None
             or self._profile_key is None
             or self._profile_key[0] != cluster.names
-            or (jobs > 1.25 * max(1, self._profile_key[1]))
+            or jobs >= 4 * max(16, self._profile_key[1])
         ):
             shapes = [j.shape for j in self.view.jobs.values()] or [j.shape for j in self.view.pending()]
             workload = TypicalWorkload.from_tasks(shapes) if shapes else None
             if workload is None:
                 raise RuntimeError("no jobs to learn the workload from")
             self._profile = build_profile(self.policy, workload)
+            log.info("policy %s learnt from %d jobs on %d nodes", self.policy, jobs, cluster.size)
             self._profile_key = key
         return self._profile
 
