@@ -177,31 +177,27 @@ class NodeFragmentation:
 
 def after_states(
     cluster: ClusterState, nodes: IntArray, task: TaskShape
-) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
     """Node states after placing ``task`` on each of ``nodes``.
 
-    Returns (cpu, gpu, model, owner) where for a shared task every node contributes one state per
-    GPU slot that can hold it (``owner`` maps states back to positions in ``nodes`` and the GPU slot
-    is ``gpu_slot``), and for other tasks exactly one state per node (whole GPUs are taken from the
-    lowest free slots, which is what the placement does too).
+    Returns (cpu, gpu, model, owner, slot).  For a shared task every node contributes one state per
+    GPU slot that can hold it: ``owner`` maps each state back to its position in ``nodes`` (in
+    ascending order) and ``slot`` names the GPU it used.  Other tasks give exactly one state per
+    node (whole GPUs are taken from the lowest free slots, as the placement does) and ``slot`` -1.
     """
     cpu = cluster.cpu_free[nodes] - task.cpu_milli
     gpu = cluster.gpu_free[nodes].copy()
     model = cluster.model_idx[nodes]
+    one_each = np.arange(nodes.size)
+    no_slot = np.full(nodes.size, -1, dtype=np.int64)
     if task.num_gpu == 0:
-        return cpu, gpu, model, np.arange(nodes.size)
+        return cpu, gpu, model, one_each, no_slot
     if not task.is_shared:
         free = gpu == MILLI
         take = free & (np.cumsum(free, axis=1) <= task.num_gpu)
         gpu[take] = 0
-        return cpu, gpu, model, np.arange(nodes.size)
+        return cpu, gpu, model, one_each, no_slot
     owner, slot = np.nonzero(gpu >= task.gpu_milli)
     states = gpu[owner].copy()
     states[np.arange(owner.size), slot] -= task.gpu_milli
-    return cpu[owner], states, model[owner], owner
-
-
-def gpu_slots_of_shared(cluster: ClusterState, nodes: IntArray, task: TaskShape) -> IntArray:
-    """GPU slot of each state that :func:`after_states` yields for a shared task, in the same order."""
-    _, slot = np.nonzero(cluster.gpu_free[nodes] >= task.gpu_milli)
-    return slot.astype(np.int64)
+    return cpu[owner], states, model[owner], owner, slot.astype(np.int64)

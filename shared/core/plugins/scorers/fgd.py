@@ -72,14 +72,13 @@ class FGDScorer:
         now = now_frag.current(cluster)
 
         def compute(nodes: IntArray) -> tuple[FloatArray, IntArray]:
-            cpu, gpu, mdl, owner = after_states(cluster, nodes, task)
+            cpu, gpu, mdl, owner, slot = after_states(cluster, nodes, task)
             after = model.frag(cpu, gpu, mdl)
             per_state = quantised_score(after - now[nodes][owner])
             if not task.is_shared:
-                return per_state, np.full(nodes.size, -1, dtype=np.int64)
-            _, slot = np.nonzero(cluster.gpu_free[nodes] >= task.gpu_milli)
+                return per_state, slot
             best, first = best_per_node(owner, per_state, nodes.size)
-            return best, slot[first].astype(np.int64)
+            return best, slot[first]
 
         values, gpu = cache.lookup(cluster, task, feasible, compute)
         return Scores(values=values, gpu=gpu if task.is_shared else None)

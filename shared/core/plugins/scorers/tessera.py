@@ -129,15 +129,14 @@ class TesseraScorer:
         now = now_state.current(cluster)
 
         def compute(nodes: IntArray) -> tuple[FloatArray, IntArray]:
-            cpu, gpu, mdl, owner = after_states(cluster, nodes, task)
+            cpu, gpu, mdl, owner, slot = after_states(cluster, nodes, task)
             delta = self.objective(model, ratio, cpu, gpu, mdl) - now[nodes][owner]
             value = np.floor(100.0 / (1.0 + np.exp(delta / self.band)))
             if not task.is_shared:
-                return value, np.full(nodes.size, -1, dtype=np.int64)
-            _, slot = np.nonzero(cluster.gpu_free[nodes] >= task.gpu_milli)
+                return value, slot
             left = gpu[np.arange(owner.size), slot] / MILLI
             best, first = best_per_node(owner, value - self.gpu_fit_weight * left, nodes.size)
-            return best, slot[first].astype(np.int64)
+            return best, slot[first]
 
         values, gpu = cache.lookup(cluster, task, feasible, compute)
         return Scores(values=values, gpu=gpu if task.is_shared else None)
