@@ -18,7 +18,7 @@ Contracts:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -109,7 +109,6 @@ class Profile:
     name: str
     filters: Sequence[FilterPlugin]
     scorer: ScorePlugin
-    extra: dict[str, object] = field(default_factory=dict)
 
     def feasible(self, cluster: ClusterState, task: TaskShape) -> tuple[BoolArray, Status]:
         """Mask of nodes passing every filter, and the status naming the first filter that emptied it."""

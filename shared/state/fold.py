@@ -178,12 +178,6 @@ class ClusterView:
     def node_version(self, node: str) -> int:
         return self.stream_versions.get(f"node-{node}", 0)
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for j in self.jobs.values():
-            out[j.state] = out.get(j.state, 0) + 1
-        return out
-
     def summary(self) -> dict[str, Any]:
         """A JSON-able digest for comparing two views (replay vs live)."""
         cluster = self.cluster
@@ -272,7 +266,3 @@ def fold(events: Iterable[RecordedEvent]) -> ClusterView:
     view = ClusterView()
     view.apply_all(events)
     return view
-
-
-def node_versions(view: ClusterView, nodes: Iterable[str]) -> Mapping[str, int]:
-    return {f"node-{n}": view.node_version(n) for n in nodes}
