@@ -18,10 +18,7 @@ from schemas.events import (
     EventAdapter,
     JobAdmitted,
     JobCancelled,
-    JobFailed,
-    JobFinished,
     JobPlaced,
-    JobStarted,
     NodeRegistered,
     TaskBinding,
 )
@@ -32,6 +29,7 @@ from shared.core.task import TaskShape
 from shared.eventstore.port import RecordedEvent
 from shared.state.wire import node_spec, task_shape
 
+_TASK_EVENTS = frozenset({"JobStarted", "JobFinished", "JobFailed"})
 JobState = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled"})
 
@@ -67,6 +65,10 @@ class ClusterView:
         self._cluster: ClusterState | None = None
         self._stale = False  # nodes registered since the arrays were last built
         self._held: dict[tuple[str, int], Placement] = {}  # (job, task) -> resources it holds
+        # Indexes by state, kept as jobs move, so a cycle costs O(pending), not O(all jobs ever).
+        self._pending: dict[str, None] = {}
+        self._active: dict[str, None] = {}  # placed or running
+        self._changed: dict[str, None] = {}  # jobs touched since the last drain_changed()
 
     # -- folding ----------------------------------------------------------------------------
     def apply(self, event: RecordedEvent) -> bool:
@@ -85,9 +87,17 @@ class ClusterView:
         return sum(self.apply(e) for e in events)
 
     def _apply_job(self, event: RecordedEvent) -> None:
-        decoded = EventAdapter.validate_python(event.data)
         job_id = event.stream.removeprefix("job-")
         record = self.jobs.get(job_id)
+        self._changed[job_id] = None
+        if event.type in _TASK_EVENTS:
+            # The hottest events (two per task) carry nothing the fold needs but the task number;
+            # they were validated when written, so a full pydantic decode here is pure overhead.
+            if record is not None:
+                record.version = event.version
+                self._task_event(job_id, record, event.type, int(event.data.get("task", 0)), event)
+            return
+        decoded = EventAdapter.validate_python(event.data)
         if isinstance(decoded, JobAdmitted):
             self.jobs[job_id] = JobRecord(
                 spec=decoded.spec,
@@ -95,38 +105,52 @@ class ClusterView:
                 admitted_time=event.recorded_at.timestamp(),
                 version=event.version,
             )
+            self._index(job_id, "pending")
             return
         if record is None:
             return
         record.version = event.version
         if isinstance(decoded, JobPlaced):
             self._bind(job_id, record, decoded, event.position)
-        elif isinstance(decoded, JobStarted):
-            record.started[decoded.task] = event.recorded_at.timestamp()
-            if record.state == "placed":
-                record.state = "running"
-        elif isinstance(decoded, JobFinished | JobFailed):
-            outcome = "finished" if isinstance(decoded, JobFinished) else "failed"
-            record.done[decoded.task] = outcome
-            self._release(job_id, decoded.task)
-            if len(record.done) >= record.spec.replicas and record.state not in TERMINAL:
-                record.state = "failed" if "failed" in record.done.values() else "finished"
         elif isinstance(decoded, JobCancelled) and record.state not in TERMINAL:
-            record.state = "cancelled"
+            self._move(job_id, record, "cancelled")
             for task in range(record.spec.replicas):
                 self._release(job_id, task)
+
+    def _task_event(self, job_id: str, record: JobRecord, kind: str, task: int, event: RecordedEvent) -> None:
+        if kind == "JobStarted":
+            record.started[task] = event.recorded_at.timestamp()
+            if record.state == "placed":
+                self._move(job_id, record, "running")
+            return
+        record.done[task] = "finished" if kind == "JobFinished" else "failed"
+        self._release(job_id, task)
+        if len(record.done) >= record.spec.replicas and record.state not in TERMINAL:
+            self._move(job_id, record, "failed" if "failed" in record.done.values() else "finished")
 
     def _bind(self, job_id: str, record: JobRecord, placed: JobPlaced, position: int) -> None:
         if record.state != "pending":
             return
         record.bindings = list(placed.bindings)
-        record.state = "placed"
+        self._move(job_id, record, "placed")
         record.placed_at = position
         cluster = self._ensure_cluster()
         shape = record.shape
         for b in placed.bindings:
             node = cluster.index[b.node]
             self._held[(job_id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
+
+    def _move(self, job_id: str, record: JobRecord, state: JobState) -> None:
+        self._pending.pop(job_id, None)
+        self._active.pop(job_id, None)
+        record.state = state
+        self._index(job_id, state)
+
+    def _index(self, job_id: str, state: JobState) -> None:
+        if state == "pending":
+            self._pending[job_id] = None
+        elif state in ("placed", "running"):
+            self._active[job_id] = None
 
     def _release(self, job_id: str, task: int) -> None:
         placement = self._held.pop((job_id, task), None)
@@ -172,8 +196,26 @@ class ClusterView:
     # -- queries ----------------------------------------------------------------------------
     def pending(self) -> list[JobRecord]:
         """Pending jobs: higher priority first, then earlier admission, then id (stable)."""
-        waiting = [j for j in self.jobs.values() if j.state == "pending"]
+        waiting = [self.jobs[j] for j in self._pending]
         return sorted(waiting, key=lambda j: (-j.spec.priority, j.admitted_at, j.spec.id))
+
+    def drain_changed(self) -> list[str]:
+        """Ids of the jobs that any event touched since the last call (or since restore), once each.
+
+        For the one consumer of a view that reacts to job changes (the agent): it looks at these
+        instead of every active job, so its cost follows the event rate, not the cluster's size.
+        """
+        changed, self._changed = list(self._changed), {}
+        return changed
+
+    def mark_changed(self, job_ids: Iterable[str]) -> None:
+        """Hand ids back to the next :meth:`drain_changed` (their handling failed)."""
+        for job_id in job_ids:
+            self._changed[job_id] = None
+
+    def active(self) -> list[JobRecord]:
+        """Jobs placed or running, in the order they were admitted or restored."""
+        return [self.jobs[j] for j in self._active]
 
     def node_version(self, node: str) -> int:
         return self.stream_versions.get(f"node-{node}", 0)
@@ -243,6 +285,8 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
             version=int(raw["version"]),
         )
         view.jobs[job_id] = record
+        view._index(job_id, record.state)
+        view._changed[job_id] = None
     cluster = view.cluster
     for job_id, record in view.jobs.items():
         if record.state in ("placed", "running") and cluster is not None:

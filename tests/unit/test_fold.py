@@ -94,3 +94,15 @@ def test_a_log_that_over_commits_a_gpu_cannot_be_replayed() -> None:
     events += [RecordedEvent(n + 2, "job-j9", 2, "JobPlaced", placed, {}, NOW)]  # GPU a/1 is j2's
     with pytest.raises(ValueError, match="does not fit"):
         ClusterView().apply_all(events)
+
+
+@pytest.mark.parametrize("cut", range(0, 17))
+def test_the_pending_and_active_indexes_agree_with_the_job_states(cut: int) -> None:
+    events = _log()
+    for view in (fold(events[:cut]), from_snapshot(json.loads(json.dumps(to_snapshot(fold(events[:cut])))))):
+        assert [j.spec.id for j in view.pending()] == sorted(
+            j for j, r in view.jobs.items() if r.state == "pending"
+        )
+        assert {j.spec.id for j in view.active()} == {
+            j for j, r in view.jobs.items() if r.state in ("placed", "running")
+        }
