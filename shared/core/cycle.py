@@ -7,6 +7,9 @@
    holds part of its resources.
    With ``preferred`` nodes (a placement worker's own share), each replica is first tried on
    those and only then on any node, so workers sharing a cluster seldom race for one node.
+   A cycle only ever fills the copy, so once a shape failed with ``k`` replicas every later job of
+   that shape with ``k`` or more replicas fails too: it gets the same status without a search
+   (a full cluster with thousands of waiting jobs then costs one search per distinct shape).
 4. Return the placements intended and the reasons for the jobs that did not fit.  Nothing is
    written: the shell turns the result into events and appends them with the node versions read.
 """
@@ -47,9 +50,14 @@ def run_cycle(
 ) -> CycleResult:
     work = snapshot.copy()
     result = CycleResult()
+    failed: dict[TaskShape, tuple[int, Status]] = {}  # shape -> fewest replicas that failed, why
     for job in pending:
         if max_jobs is not None and len(result.placed) >= max_jobs:
             break
+        known = failed.get(job.shape)
+        if known is not None and job.replicas >= known[0]:
+            result.unschedulable[job.job_id] = known[1]
+            continue
         staged: list[Placement] = []
         for _ in range(job.replicas):
             decision = decide(work, job.shape, profile, rng, preferred) if preferred is not None else None
@@ -59,6 +67,8 @@ def run_cycle(
                 for p in reversed(staged):
                     work.remove(p)
                 result.unschedulable[job.job_id] = decision.status
+                if known is None or job.replicas < known[0]:
+                    failed[job.shape] = (job.replicas, decision.status)
                 staged = []
                 break
             staged.append(work.place(decision.node, job.shape, decision.gpus))
