@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered
+from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding
 from schemas.node import GpuDevice, NodeInventory
 from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime
 from shared.bus import ensure_topics
@@ -30,12 +30,13 @@ from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
-from shared.state.fold import TERMINAL, ClusterView
+from shared.state.fold import TERMINAL, ClusterView, JobRecord
 from shared.state.follow import EventFollower, catch_up, restore
 from shared.state.readiness import mark_ready
 from shared.state.wire import job_stream, node_stream
 
 log = logging.getLogger("tessera.agent")
+START_CHUNK = 200  # tasks claimed per transaction
 
 
 def task_stream(job_id: str, task: int) -> str:
@@ -92,7 +93,7 @@ class Agent:
         self.names = {i.name for i in inventories}
         self.runtime = runtime
         self.view = ClusterView()
-        self._mine: set[tuple[str, int]] = set()  # tasks this process started or resumed
+        self._mine: dict[str, set[int]] = {}  # job -> tasks this process started or resumed
         self.store: PostgresEventStore | None = None
         self.ready_name = os.environ.get("TESSERA_SERVICE_NAME", "agent")
 
@@ -132,22 +133,34 @@ class Agent:
             await store.close()
 
     async def _reconcile(self, store: PostgresEventStore) -> None:
+        """Act on the jobs whose events arrived since the last call (all of them after a restore)."""
+        changed = self.view.drain_changed()
+        try:
+            await self._act_on(store, changed)
+        except BaseException:
+            self.view.mark_changed(changed)  # not handled: look at them again next time
+            raise
+
+    async def _act_on(self, store: PostgresEventStore, job_ids: list[str]) -> None:
         now = time.time()
-        for job_id, record in list(self.view.jobs.items()):
-            if record.state == "cancelled":
-                if any(k[0] == job_id for k in self._mine):
+        to_start: list[tuple[JobRecord, TaskBinding]] = []
+        for job_id in job_ids:
+            record = self.view.jobs.get(job_id)
+            if record is None:
+                continue
+            if record.state in TERMINAL:
+                if self._mine.pop(job_id, None) is not None and record.state == "cancelled":
                     self.runtime.stop(job_id)
-                    self._mine = {k for k in self._mine if k[0] != job_id}
                 continue
             if record.state not in ("placed", "running"):
                 continue
+            mine = self._mine.setdefault(job_id, set())
             for binding in record.bindings:
-                key = (job_id, binding.task)
-                if binding.node not in self.names or key in self._mine or binding.task in record.done:
+                if binding.node not in self.names or binding.task in mine or binding.task in record.done:
                     continue
                 if binding.task in record.started:
                     # Started before this process: resume a simulated task, report a lost process.
-                    self._mine.add(key)
+                    mine.add(binding.task)
                     if isinstance(self.runtime, SimulatedRuntime):
                         await self.runtime.start(
                             record.spec, binding, record.started[binding.task], now, self._done
@@ -157,22 +170,48 @@ class Agent:
                             job_id, binding.task, -1, "the process was lost when its agent restarted"
                         )
                     continue
-                started = JobStarted(job_id=job_id, node=binding.node, task=binding.task)
-                data = started.model_dump(mode="json")
-                events = [
-                    NewEvent(job_stream(job_id), started.type, data),
-                    NewEvent(task_stream(job_id, binding.task), started.type, data),
-                ]
-                try:
-                    await store.append(
-                        events,
-                        {job_stream(job_id): ANY_VERSION, task_stream(job_id, binding.task): NO_STREAM},
-                    )
-                except ConcurrencyError:
-                    continue  # another agent instance started it
-                self._mine.add(key)
+                to_start.append((record, binding))
+        for chunk_start in range(0, len(to_start), START_CHUNK):
+            chunk = to_start[chunk_start : chunk_start + START_CHUNK]
+            for record, binding in await self._claim(store, chunk):
+                self._mine.setdefault(record.spec.id, set()).add(binding.task)
                 pid = await self.runtime.start(record.spec, binding, now, now, self._done)
-                log.info("started %s/%d on %s pid=%s", job_id, binding.task, binding.node, pid)
+                level = logging.INFO if pid is not None else logging.DEBUG  # simulated: thousands/s
+                log.log(level, "started %s/%d on %s pid=%s", record.spec.id, binding.task, binding.node, pid)
+
+    async def _claim(
+        self, store: PostgresEventStore, tasks: list[tuple[JobRecord, TaskBinding]]
+    ) -> list[tuple[JobRecord, TaskBinding]]:
+        """Record ``JobStarted`` for each task, exactly once: the task stream must not exist yet.
+
+        One transaction for them all (a busy node set starts hundreds of tasks per second); if
+        another agent instance claimed any of them first, claim them one by one to learn which.
+        """
+
+        def started(record: JobRecord, binding: TaskBinding) -> tuple[list[NewEvent], dict[str, int]]:
+            job_id = record.spec.id
+            event = JobStarted(job_id=job_id, node=binding.node, task=binding.task)
+            data = event.model_dump(mode="json")
+            task = task_stream(job_id, binding.task)
+            events = [NewEvent(job_stream(job_id), event.type, data), NewEvent(task, event.type, data)]
+            return events, {job_stream(job_id): ANY_VERSION, task: NO_STREAM}
+
+        events: list[NewEvent] = []
+        expected: dict[str, int] = {}
+        for record, binding in tasks:
+            e, x = started(record, binding)
+            events += e
+            expected.update(x)
+        try:
+            await store.append(events, expected)
+            return tasks
+        except ConcurrencyError:
+            if len(tasks) == 1:
+                return []  # another agent instance started it
+        claimed = []
+        for one in tasks:
+            claimed += await self._claim(store, [one])
+        return claimed
 
     async def _done(self, job_id: str, task: int, exit_code: int | None, reason: str) -> None:
         assert self.store is not None
