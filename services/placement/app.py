@@ -116,6 +116,8 @@ class Worker:
         self._profile: Profile | None = None
         self._profile_key: tuple[tuple[str, ...], int] | None = None
         self._wake = asyncio.Event()
+        self._digest: tuple[int, str] = (-1, "")  # (position, digest of the view there)
+        self._dumped_at = -1
 
     def profile(self) -> Profile:
         """The policy, rebuilt when nodes change or the seen workload grew fourfold (a rebuild
@@ -180,7 +182,7 @@ class Worker:
             await asyncio.gather(*tasks, return_exceptions=True)
             await consumer.stop()
             await store.close()
-            self._dump_stats()
+            self._dump_stats(final=True)
 
     async def _take_work(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -266,10 +268,16 @@ class Worker:
             await asyncio.sleep(1.0)
             self._dump_stats()
 
-    def _dump_stats(self) -> None:
+    def _dump_stats(self, final: bool = False) -> None:
         folder = Path(os.environ.get("TESSERA_STATS_DIR", ".local/run"))
         folder.mkdir(parents=True, exist_ok=True)
         lat = np.array(self.stats.latencies_ms) if self.stats.latencies_ms else np.zeros(1)
+        # The digest hashes the whole view (tens of ms on a big cluster): it is taken only once the
+        # view has been still for a whole stats period, so a busy worker never pays it per second.
+        position = self.view.position
+        if (final or position == self._dumped_at) and self._digest[0] != position:
+            self._digest = (position, digest(self.view))
+        self._dumped_at = position
         body = {
             "worker": self.name,
             "placements": self.stats.placements,
@@ -278,8 +286,9 @@ class Worker:
             "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
             "latency_p99_ms": round(float(np.percentile(lat, 99)), 1),
             "seconds": {k: round(v, 2) for k, v in self.stats.seconds.items()},
-            "position": self.view.position,
-            "digest": digest(self.view),
+            "folded": position,
+            "position": self._digest[0],  # where ``digest`` was taken
+            "digest": self._digest[1],
         }
         tmp = folder / f"placement-{self.name}.json.tmp"
         tmp.write_text(json.dumps(body))
@@ -307,13 +316,7 @@ def main() -> None:
         args.chunk_jobs,
         shard,  # type: ignore[arg-type]
     )
-    profile_to = os.environ.get("TESSERA_PROFILE")
-    if profile_to:  # developer aid: cProfile the whole worker into this file
-        import cProfile
-
-        cProfile.runctx("run_service(worker.run)", globals(), locals(), profile_to)
-    else:
-        run_service(worker.run)
+    run_service(worker.run)
 
 
 if __name__ == "__main__":

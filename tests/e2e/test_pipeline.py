@@ -158,12 +158,12 @@ async def test_500_trace_jobs_on_100_nodes_with_two_workers_all_end_and_nothing_
     replay.apply_all(events)
     assert replay.cluster is not None and replay.cluster.used_gpu_milli() == 0
     assert_exactly_once(events, [s.id for s in specs])
+    await asyncio.sleep(2.5)  # the workers write their counters every second, their digest once idle
     stats = live.stats()
     assert sum(int(s["placements"]) for s in stats) == len(specs)
     assert all("conflicts" in s for s in stats)
     # The live workers' state equals the replay of the log up to the position they report.
-    await asyncio.sleep(2.5)
-    for s in live.stats():
+    for s in stats:
         upto = ClusterView()
         upto.apply_all([e for e in events if e.position <= int(s["position"])])
         assert digest(upto) == s["digest"]
