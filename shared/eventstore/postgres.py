@@ -114,7 +114,7 @@ class PostgresEventStore(EventStore):
                     FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[])
                          WITH ORDINALITY AS u(s, v, t, d, m, n)
                     ORDER BY n
-                    RETURNING position, stream, version, type, data, metadata, recorded_at
+                    RETURNING position, stream, version, recorded_at
                     """,
                     stream_col,
                     version_col,
@@ -122,7 +122,24 @@ class PostgresEventStore(EventStore):
                     data_col,
                     meta_col,
                 )
-                recorded = sorted((_record(r) for r in inserted), key=lambda r: r.position)
+                # The bodies are the caller's: only what the database assigned comes back (decoding
+                # the JSONB again cost as much as the insert).
+                by_key = {(s, v): e for s, v, e in zip(stream_col, version_col, events, strict=True)}
+                recorded = sorted(
+                    (
+                        RecordedEvent(
+                            position=r["position"],
+                            stream=r["stream"],
+                            version=r["version"],
+                            type=by_key[(r["stream"], r["version"])].type,
+                            data=dict(by_key[(r["stream"], r["version"])].data),
+                            metadata=dict(by_key[(r["stream"], r["version"])].metadata),
+                            recorded_at=r["recorded_at"],
+                        )
+                        for r in inserted
+                    ),
+                    key=lambda r: r.position,
+                )
                 heads = {s: v for s, v in versions.items() if s in streams}
                 await con.execute(
                     """
