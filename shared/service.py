@@ -1,4 +1,8 @@
-"""How every service process starts: logging from the environment, SIGTERM/SIGINT stop it cleanly."""
+"""How every service process starts: logging from the environment, SIGTERM/SIGINT stop it cleanly.
+
+``TESSERA_PROFILE=DIR`` (a developer aid) runs the service under cProfile and writes
+``DIR/<TESSERA_SERVICE_NAME>.prof`` when it stops.
+"""
 
 from __future__ import annotations
 
@@ -22,4 +26,17 @@ def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             loop.add_signal_handler(sig, stop.set)
         await body(stop)
 
-    asyncio.run(go())
+    profile_dir = os.environ.get("TESSERA_PROFILE")
+    if not profile_dir:
+        asyncio.run(go())
+        return
+    import cProfile
+    from pathlib import Path
+
+    name = os.environ.get("TESSERA_SERVICE_NAME", f"service-{os.getpid()}")
+    Path(profile_dir).mkdir(parents=True, exist_ok=True)
+    with cProfile.Profile() as profiler:
+        try:
+            asyncio.run(go())
+        finally:
+            profiler.dump_stats(str(Path(profile_dir) / f"{name}.prof"))

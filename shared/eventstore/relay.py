@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from collections.abc import Sequence
 
 import asyncpg
@@ -27,6 +26,7 @@ from shared.bus.producer import BusProducer
 from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import NOTIFY_CHANNEL, PostgresEventStore
+from shared.service import run_service
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
 
@@ -129,17 +129,15 @@ class Relay:
             await listener.close(timeout=2)
 
 
-async def main(topic: str | None = None, name: str = RELAY_CONSUMER, work_topic: str | None = None) -> None:
+async def main(
+    stop: asyncio.Event, topic: str | None = None, name: str = RELAY_CONSUMER, work_topic: str | None = None
+) -> None:
     settings = Settings()
     names = settings.topics
     topic = topic or names.events
     work_topic = names.placement if work_topic is None else work_topic
     await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=names)
     store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-relay") as producer:
         relay = Relay(
             store, producer, settings.relay_batch, settings.relay_poll_s, topic, name, work_topic or None
@@ -155,4 +153,4 @@ if __name__ == "__main__":
 
     # Optional arguments (tests): topic, relay name and work topic ("" for none), so several relays
     # can share a broker.
-    asyncio.run(main(*sys.argv[1:4]))
+    run_service(lambda stop: main(stop, *sys.argv[1:4]))
