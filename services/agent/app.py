@@ -30,7 +30,7 @@ from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
-from shared.state.fold import TERMINAL, ClusterView, JobRecord
+from shared.state.fold import ACTIVE, TERMINAL, ClusterView, JobRecord
 from shared.state.follow import EventFollower, catch_up, restore
 from shared.state.readiness import mark_ready
 from shared.state.wire import job_stream, node_stream
@@ -152,15 +152,15 @@ class Agent:
                 if self._mine.pop(job_id, None) is not None and record.state == "cancelled":
                     self.runtime.stop(job_id)
                 continue
-            if record.state not in ("placed", "running"):
+            if record.state not in ACTIVE:
                 continue
-            mine = self._mine.setdefault(job_id, set())
+            mine = self._mine.get(job_id, set())
             for binding in record.bindings:
                 if binding.node not in self.names or binding.task in mine or binding.task in record.done:
                     continue
                 if binding.task in record.started:
                     # Started before this process: resume a simulated task, report a lost process.
-                    mine.add(binding.task)
+                    self._mine.setdefault(job_id, set()).add(binding.task)
                     if isinstance(self.runtime, SimulatedRuntime):
                         await self.runtime.start(
                             record.spec, binding, record.started[binding.task], now, self._done

@@ -32,6 +32,7 @@ from shared.state.wire import node_spec, task_shape
 _TASK_EVENTS = frozenset({"JobStarted", "JobFinished", "JobFailed"})
 JobState = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled"})
+ACTIVE: frozenset[str] = frozenset({"placed", "running"})  # holding resources
 
 
 @dataclass
@@ -95,7 +96,7 @@ class ClusterView:
             # they were validated when written, so a full pydantic decode here is pure overhead.
             if record is not None:
                 record.version = event.version
-                self._task_event(job_id, record, event.type, int(event.data.get("task", 0)), event)
+                self._task_event(job_id, record, event)
             return
         decoded = EventAdapter.validate_python(event.data)
         if isinstance(decoded, JobAdmitted):
@@ -117,13 +118,14 @@ class ClusterView:
             for task in range(record.spec.replicas):
                 self._release(job_id, task)
 
-    def _task_event(self, job_id: str, record: JobRecord, kind: str, task: int, event: RecordedEvent) -> None:
-        if kind == "JobStarted":
+    def _task_event(self, job_id: str, record: JobRecord, event: RecordedEvent) -> None:
+        task = int(event.data.get("task", 0))
+        if event.type == "JobStarted":
             record.started[task] = event.recorded_at.timestamp()
             if record.state == "placed":
                 self._move(job_id, record, "running")
             return
-        record.done[task] = "finished" if kind == "JobFinished" else "failed"
+        record.done[task] = "finished" if event.type == "JobFinished" else "failed"
         self._release(job_id, task)
         if len(record.done) >= record.spec.replicas and record.state not in TERMINAL:
             self._move(job_id, record, "failed" if "failed" in record.done.values() else "finished")
@@ -149,7 +151,7 @@ class ClusterView:
     def _index(self, job_id: str, state: JobState) -> None:
         if state == "pending":
             self._pending[job_id] = None
-        elif state in ("placed", "running"):
+        elif state in ACTIVE:
             self._active[job_id] = None
 
     def _release(self, job_id: str, task: int) -> None:
@@ -288,12 +290,14 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
         view._index(job_id, record.state)
         view._changed[job_id] = None
     cluster = view.cluster
-    for job_id, record in view.jobs.items():
-        if record.state in ("placed", "running") and cluster is not None:
-            shape = record.shape
-            for b in record.bindings:
-                if b.task not in record.done:
-                    view._held[(job_id, b.task)] = cluster.place(cluster.index[b.node], shape, tuple(b.gpus))
+    if cluster is None:
+        return view  # no node registered: nothing can be held
+    for record in view.active():
+        shape = record.shape
+        for b in record.bindings:
+            if b.task not in record.done:
+                node = cluster.index[b.node]
+                view._held[(record.spec.id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
     return view
 
 
