@@ -125,21 +125,21 @@ class PostgresEventStore(EventStore):
                 # The bodies are the caller's: only what the database assigned comes back (decoding
                 # the JSONB again cost as much as the insert).
                 by_key = {(s, v): e for s, v, e in zip(stream_col, version_col, events, strict=True)}
-                recorded = sorted(
-                    (
+                recorded = []
+                for r in inserted:
+                    sent = by_key[(r["stream"], r["version"])]
+                    recorded.append(
                         RecordedEvent(
                             position=r["position"],
                             stream=r["stream"],
                             version=r["version"],
-                            type=by_key[(r["stream"], r["version"])].type,
-                            data=dict(by_key[(r["stream"], r["version"])].data),
-                            metadata=dict(by_key[(r["stream"], r["version"])].metadata),
+                            type=sent.type,
+                            data=dict(sent.data),
+                            metadata=dict(sent.metadata),
                             recorded_at=r["recorded_at"],
                         )
-                        for r in inserted
-                    ),
-                    key=lambda r: r.position,
-                )
+                    )
+                recorded.sort(key=lambda r: r.position)
                 heads = {s: v for s, v in versions.items() if s in streams}
                 await con.execute(
                     """
