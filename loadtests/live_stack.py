@@ -67,6 +67,10 @@ class LiveStack:
                 ready=f"placement-w{i}",
             )
 
+    def pids(self) -> dict[str, int]:
+        """Process ids of the running services, by name."""
+        return {name: p.pid for name, p in self.procs.items() if p.returncode is None}
+
     async def kill(self, name: str) -> None:
         proc = self.procs.pop(name)
         proc.send_signal(signal.SIGKILL)

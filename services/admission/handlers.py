@@ -1,7 +1,7 @@
 """Admission decisions: a submission becomes ``JobAdmitted`` or ``JobRejected{code, reason}``.
 
-Pure: ``admit(view, queues, spec)`` reads the folded cluster view and the queue configuration
-and returns the events to append; the shell appends them and commits the Kafka offset.
+Pure: each function takes exactly what the decision needs and returns the events to append;
+the shell reads those inputs from the event store, appends, and commits the Kafka offset.
 
 * unknown queue -> ``unknown-queue``; a tenant the queue does not list -> ``forbidden``;
 * a replica no registered node could ever hold, even empty -> ``impossible`` (while no node has
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from schemas.events import JobAdmitted, JobCancelled, JobRejected
 from schemas.job import JobSpec
+from shared.core.cluster import ClusterState
 from shared.core.registry import default_filters
 from shared.eventstore import ANY_VERSION, NO_STREAM, NewEvent
-from shared.state.fold import TERMINAL, ClusterView
+from shared.state.fold import TERMINAL, JobState
 from shared.state.wire import job_stream, task_shape
 
 QueueRights = dict[str, tuple[str, ...]]  # queue -> tenants allowed ("*" = any)
@@ -38,8 +39,7 @@ def rejected(job_id: str, code: str, reason: str) -> Outcome:
     return Outcome([NewEvent(stream, event.type, data)], {stream: ANY_VERSION}, "rejected")
 
 
-def impossible_reason(view: ClusterView, spec: JobSpec) -> str | None:
-    cluster = view.cluster
+def impossible_reason(cluster: ClusterState | None, spec: JobSpec) -> str | None:
     if cluster is None:
         return None
     shape = task_shape(spec)
@@ -56,10 +56,12 @@ def impossible_reason(view: ClusterView, spec: JobSpec) -> str | None:
     return None
 
 
-def admit(view: ClusterView, queues: QueueRights, spec: JobSpec) -> Outcome:
-    existing = view.jobs.get(spec.id)
+def admit(
+    cluster: ClusterState | None, queues: QueueRights, spec: JobSpec, existing: JobSpec | None
+) -> Outcome:
+    """``existing``: the spec already admitted under this id, if any."""
     if existing is not None:
-        if existing.spec == spec:
+        if existing == spec:
             return Outcome([], {}, "duplicate-ignored")
         return rejected(
             spec.id, "duplicate", f"job id {spec.id!r} was already admitted with different content"
@@ -71,7 +73,7 @@ def admit(view: ClusterView, queues: QueueRights, spec: JobSpec) -> Outcome:
     allowed = queues[spec.queue]
     if "*" not in allowed and spec.tenant not in allowed:
         return rejected(spec.id, "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}")
-    reason = impossible_reason(view, spec)
+    reason = impossible_reason(cluster, spec)
     if reason is not None:
         return rejected(spec.id, "impossible", reason)
     event = JobAdmitted(spec=spec)
@@ -83,13 +85,14 @@ def admit(view: ClusterView, queues: QueueRights, spec: JobSpec) -> Outcome:
     )
 
 
-def cancel(view: ClusterView, job_id: str, reason: str) -> Outcome:
-    record = view.jobs.get(job_id)
-    if record is None:
+def cancel(job: tuple[JobState, int] | None, job_id: str, reason: str) -> Outcome:
+    """``job``: the job's state and stream version (``shared.state.fold.job_state``), if admitted."""
+    if job is None:
         return rejected(job_id, "invalid", f"cannot cancel unknown job {job_id!r}")
-    if record.state in TERMINAL:
+    state, version = job
+    if state in TERMINAL:
         return Outcome([], {}, "ignored")
     event = JobCancelled(job_id=job_id, reason=reason)
     stream = job_stream(job_id)
     data = event.model_dump(mode="json", by_alias=True)
-    return Outcome([NewEvent(stream, event.type, data)], {stream: record.version}, "cancelled")
+    return Outcome([NewEvent(stream, event.type, data)], {stream: version}, "cancelled")

@@ -48,15 +48,43 @@ class BusProducer:
         self, topic: str, model: BaseModel, key: str | None = None, headers: tracing.Headers | None = None
     ) -> None:
         """Send a pydantic model as JSON, carrying the current trace context in the headers."""
+        await await_acks([await self.enqueue_model(topic, model, key, headers)])
+
+    async def enqueue_model(
+        self, topic: str, model: BaseModel, key: str | None = None, headers: tracing.Headers | None = None
+    ) -> asyncio.Future[object]:
+        """Queue a model without waiting for the broker: the future resolves at its acknowledgement.
+
+        For producing many messages at once (a burst of submissions): each waits its linger in
+        the same batch instead of one round trip after the other.  Order per partition is kept.
+        """
         carried = tracing.inject(list(headers or []))
-        await self.send(topic, model.model_dump_json(by_alias=True).encode(), key, carried)
+        value = model.model_dump_json(by_alias=True).encode()
+        future: asyncio.Future[object] = await self._producer.send(
+            topic, value, key=key.encode() if key else None, headers=carried
+        )
+        return future
 
     async def send_many(
-        self, topic: str, messages: Sequence[tuple[str | None, bytes, tracing.Headers]]
+        self,
+        topic: str,
+        messages: Sequence[tuple[str | None, bytes, tracing.Headers]],
+        partition: int | None = None,
     ) -> None:
-        """Send in order and wait for every acknowledgement (one batch, one round trip)."""
+        """Send in order and wait for every acknowledgement (one batch, one round trip).
+
+        ``partition`` sends everything to that partition, skipping the key hash (a single-partition
+        topic such as the event log gains nothing from hashing thousands of keys a second).
+        """
         futures = [
-            await self._producer.send(topic, value, key=key.encode() if key else None, headers=headers)
+            await self._producer.send(
+                topic, value, key=key.encode() if key else None, headers=headers, partition=partition
+            )
             for key, value, headers in messages
         ]
-        await asyncio.gather(*futures)
+        await await_acks(futures)
+
+
+async def await_acks(futures: Sequence[asyncio.Future[object]]) -> None:
+    """Wait for the broker's acknowledgement of every queued message (raises the first failure)."""
+    await asyncio.gather(*futures)

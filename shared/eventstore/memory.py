@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,8 +55,23 @@ class InMemoryEventStore(EventStore):
     async def read_stream(self, stream: str, after_version: int = 0) -> list[RecordedEvent]:
         return [e for e in self._events if e.stream == stream and e.version > after_version]
 
-    async def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        return self._events[after_position : after_position + limit]
+    async def read_streams(
+        self, streams: Collection[str], up_to_version: int | None = None
+    ) -> dict[str, list[RecordedEvent]]:
+        wanted = set(streams)
+        out: dict[str, list[RecordedEvent]] = {}
+        for e in self._events:
+            if e.stream in wanted and (up_to_version is None or e.version <= up_to_version):
+                out.setdefault(e.stream, []).append(e)
+        return out
+
+    async def read_all(
+        self, after_position: int = 0, limit: int = 1000, types: Collection[str] | None = None
+    ) -> list[RecordedEvent]:
+        if types is None:
+            return self._events[after_position : after_position + limit]
+        kinds = set(types)
+        return [e for e in self._events[after_position:] if e.type in kinds][:limit]
 
     async def last_position(self) -> int:
         return len(self._events)

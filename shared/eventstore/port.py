@@ -16,7 +16,7 @@ Contracts:
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -74,8 +74,18 @@ class EventStore(abc.ABC):
         """The stream's events with version > ``after_version``, in version order."""
 
     @abc.abstractmethod
-    async def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        """Up to ``limit`` events with position > ``after_position``, in position order."""
+    async def read_streams(
+        self, streams: Collection[str], up_to_version: int | None = None
+    ) -> dict[str, list[RecordedEvent]]:
+        """The events of each of ``streams`` that has any (up to ``up_to_version`` each), in
+        version order; a stream with no events is absent.  One round trip for many streams."""
+
+    @abc.abstractmethod
+    async def read_all(
+        self, after_position: int = 0, limit: int = 1000, types: Collection[str] | None = None
+    ) -> list[RecordedEvent]:
+        """Up to ``limit`` events with position > ``after_position``, in position order; only
+        those of the given ``types`` when named (a reader that needs few kinds skips the rest)."""
 
     @abc.abstractmethod
     async def last_position(self) -> int:

@@ -16,7 +16,6 @@ Run it as a process: ``python -m shared.eventstore.relay``.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 
 import asyncpg
@@ -24,8 +23,7 @@ import asyncpg
 from shared.bus import tracing
 from shared.bus.producer import BusProducer
 from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
-from shared.eventstore.port import RecordedEvent
-from shared.eventstore.postgres import NOTIFY_CHANNEL, PostgresEventStore
+from shared.eventstore.postgres import NOTIFY_CHANNEL, Envelope, PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
@@ -33,27 +31,16 @@ from shared.state.readiness import mark_ready
 RELAY_CONSUMER = "relay:tessera.events"
 
 
-def envelope(event: RecordedEvent) -> bytes:
-    """The wire form of a recorded event on ``tessera.events``."""
-    return json.dumps(
-        {
-            "position": event.position,
-            "stream": event.stream,
-            "version": event.version,
-            "type": event.type,
-            "data": event.data,
-            "metadata": event.metadata,
-            "recorded_at": event.recorded_at.isoformat(),
-        },
-        separators=(",", ":"),
-    ).encode()
-
-
-def headers_of(event: RecordedEvent) -> tracing.Headers:
-    headers: tracing.Headers = [("position", str(event.position).encode()), ("type", event.type.encode())]
-    trace = event.metadata.get("traceparent") if isinstance(event.metadata, dict) else None
-    if isinstance(trace, str):
-        headers.append(("traceparent", trace.encode()))
+def headers_of(event: Envelope) -> tracing.Headers:
+    """Position, type and version ride in the headers (and the stream in the key), so a consumer
+    can skip an event, or note only its stream's version, without decoding its body."""
+    headers: tracing.Headers = [
+        ("position", str(event.position).encode()),
+        ("type", event.type.encode()),
+        ("version", str(event.version).encode()),
+    ]
+    if event.traceparent is not None:
+        headers.append(("traceparent", event.traceparent.encode()))
     return headers
 
 
@@ -77,14 +64,13 @@ class Relay:
         self.poll_s = poll_s
         self.published = 0
 
-    async def publish(self, events: Sequence[RecordedEvent]) -> None:
-        await self.producer.send_many(self.topic, [(e.stream, envelope(e), headers_of(e)) for e in events])
+    async def publish(self, events: Sequence[Envelope]) -> None:
+        await self.producer.send_many(
+            self.topic, [(e.stream, e.body, headers_of(e)) for e in events], partition=0
+        )
         if self.work_topic:
-            work = [
-                (e.stream.removeprefix("job-"), envelope(e), headers_of(e))
-                for e in events
-                if e.type == "JobAdmitted"
-            ]
+            admitted = [e for e in events if e.type == "JobAdmitted"]
+            work = [(e.stream.removeprefix("job-"), e.body, headers_of(e)) for e in admitted]
             if work:
                 await self.producer.send_many(self.work_topic, work)
 
@@ -113,7 +99,7 @@ class Relay:
         mark_ready("relay")
         try:
             while not stop.is_set():
-                events = await self.store.read_all(cursor, self.batch)
+                events = await self.store.read_envelopes(cursor, self.batch)
                 if events:
                     await self.publish(events)
                     cursor = events[-1].position

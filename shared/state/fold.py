@@ -10,7 +10,7 @@ which placement sends back as its expected versions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,16 +72,29 @@ class ClusterView:
         self._changed: dict[str, None] = {}  # jobs touched since the last drain_changed()
 
     # -- folding ----------------------------------------------------------------------------
+    @staticmethod
+    def needs_body(stream: str, event_type: str) -> bool:
+        """Whether folding this event reads its body.  Every other event (the copies of a job's
+        events on node and task streams) only moves its stream's version: :meth:`advance`."""
+        return stream.startswith("job-") or event_type == "NodeRegistered"
+
     def apply(self, event: RecordedEvent) -> bool:
         """Fold one event; False when it was already folded (duplicate or replayed)."""
-        if event.position <= self.position:
+        if not self.advance(event.position, event.stream, event.version):
             return False
-        self.position = event.position
-        self.stream_versions[event.stream] = event.version
         if event.stream.startswith("job-"):
             self._apply_job(event)
         elif event.type == "NodeRegistered":
             self._register(NodeRegistered.model_validate(event.data).inventory)
+        return True
+
+    def advance(self, position: int, stream: str, version: int) -> bool:
+        """Fold an event whose body the fold does not read (see :meth:`needs_body`), or the
+        bookkeeping part of any event; False when it was already folded."""
+        if position <= self.position:
+            return False
+        self.position = position
+        self.stream_versions[stream] = version
         return True
 
     def apply_all(self, events: Iterable[RecordedEvent]) -> int:
@@ -299,6 +312,36 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
                 node = cluster.index[b.node]
                 view._held[(record.spec.id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
     return view
+
+
+def job_state(events: Sequence[RecordedEvent]) -> tuple[JobState, int] | None:
+    """A job's state and stream version from its own stream alone, as the fold gives them.
+
+    For readers that keep no view of the cluster (admission, cancelling a job): the same
+    transitions as :class:`ClusterView` without the resources.  ``None``: never admitted.
+    """
+    state: JobState | None = None
+    replicas, version = 0, 0
+    done: set[int] = set()
+    failed = False
+    for event in events:
+        version = event.version
+        if event.type == "JobAdmitted":
+            state, replicas = "pending", int(event.data["spec"].get("replicas", 1))
+        elif state is None:
+            continue
+        elif event.type == "JobPlaced" and state == "pending":
+            state = "placed"
+        elif event.type == "JobStarted" and state == "placed":
+            state = "running"
+        elif event.type in ("JobFinished", "JobFailed"):
+            done.add(int(event.data.get("task", 0)))
+            failed = failed or event.type == "JobFailed"
+            if len(done) >= replicas and state not in TERMINAL:
+                state = "failed" if failed else "finished"
+        elif event.type == "JobCancelled" and state not in TERMINAL:
+            state = "cancelled"
+    return (state, version) if state is not None else None
 
 
 def digest(view: ClusterView) -> str:

@@ -13,6 +13,7 @@ import json
 from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import ConsumerRecord
 
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
@@ -76,12 +77,29 @@ class EventFollower:
                 moved = 0
                 for records in batch.values():
                     for record in records:
-                        if record.value is not None:
-                            moved += self.view.apply(decode_envelope(record.value))
+                        moved += self._fold(record)
                 if moved:
                     self.changed.set()
         finally:
             await self._consumer.stop()
+
+    def _fold(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """Fold one record, decoding its body only when the fold reads it (the relay's headers
+        carry position, type and version, the key the stream)."""
+        if record.value is None:
+            return False
+        headers = dict(record.headers)
+        try:
+            position = int(headers["position"])
+            kind, version = headers["type"].decode(), int(headers["version"])
+        except (KeyError, ValueError):
+            return self.view.apply(decode_envelope(record.value))  # no routing headers: decode it all
+        if position <= self.view.position:
+            return False  # a duplicate, or already folded from the store
+        stream = record.key.decode() if record.key is not None else ""
+        if not stream or self.view.needs_body(stream, kind):
+            return self.view.apply(decode_envelope(record.value))
+        return self.view.advance(position, stream, version)
 
     async def wait_past(self, position: int, timeout: float) -> bool:
         """Wait until the view has folded ``position`` (True) or ``timeout`` passes (False)."""

@@ -78,6 +78,25 @@ async def test_read_all_is_in_position_order_and_pages(store: EventStore) -> Non
     assert [e.data["i"] for e in page] == [2, 3]
 
 
+async def test_read_all_can_keep_only_some_types(store: EventStore) -> None:
+    await store.append([ev("n1", "NodeRegistered", i=0), ev("j1", "JobAdmitted", i=1)], {"n1": 0, "j1": 0})
+    await store.append([ev("j1", "JobPlaced", i=2), ev("n2", "NodeRegistered", i=3)], {"j1": 1, "n2": 0})
+    nodes = await store.read_all(0, 100, types=["NodeRegistered"])
+    assert [e.data["i"] for e in nodes] == [0, 3]
+    assert [e.data["i"] for e in await store.read_all(nodes[0].position, 100, types=["NodeRegistered"])] == [
+        3
+    ]
+    assert [e.data["i"] for e in await store.read_all(0, 1, types=["NodeRegistered", "JobPlaced"])] == [0]
+
+
+async def test_read_streams_answers_many_streams_in_one_call(store: EventStore) -> None:
+    await store.append([ev("job-a", i=0), ev("job-b", i=1), ev("job-a", i=2)], {"job-a": 0, "job-b": 0})
+    found = await store.read_streams(["job-a", "job-b", "job-none"])
+    assert {s: [e.data["i"] for e in es] for s, es in found.items()} == {"job-a": [0, 2], "job-b": [1]}
+    first = await store.read_streams(["job-a", "job-none"], up_to_version=1)
+    assert {s: [e.version for e in es] for s, es in first.items()} == {"job-a": [1]}
+
+
 async def test_two_writers_racing_on_one_version_exactly_one_wins(store: EventStore) -> None:
     await store.append([ev("node-a")], {"node-a": NO_STREAM})
 

@@ -19,7 +19,7 @@ from schemas.events import (
 )
 from schemas.node import GpuDevice, NodeInventory
 from shared.eventstore.port import RecordedEvent
-from shared.state.fold import ClusterView, digest, fold, from_snapshot, to_snapshot
+from shared.state.fold import ClusterView, digest, fold, from_snapshot, job_state, to_snapshot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -106,3 +106,13 @@ def test_the_pending_and_active_indexes_agree_with_the_job_states(cut: int) -> N
         assert {j.spec.id for j in view.active()} == {
             j for j, r in view.jobs.items() if r.state in ("placed", "running")
         }
+
+
+@pytest.mark.parametrize("cut", range(0, 17))
+def test_a_job_stream_alone_gives_the_state_and_version_the_fold_gives(cut: int) -> None:
+    events = _log()[:cut]
+    view = fold(events)
+    for job_id, record in view.jobs.items():
+        stream = [e for e in events if e.stream == f"job-{job_id}"]
+        assert job_state(stream) == (record.state, record.version)
+    assert job_state([e for e in events if e.stream == "job-unknown"]) is None

@@ -1,0 +1,108 @@
+"""Deciding a poll batch of commands against the event store, in as few round trips as possible.
+
+Admission keeps no copy of the cluster's jobs: per batch it reads the admitted specs of just
+the submitted ids (one query), and it follows only ``NodeRegistered`` events for its
+"impossible" check.  Folding the whole log (every placement and task start) to answer "does this
+id exist" cost more than every other admission step together.
+
+Submissions are decided and appended as one transaction, expecting each new job stream not to
+exist; a conflict (another admission instance admitted one of the ids first, or a redelivery
+raced) re-reads and decides again, so the outcome is what deciding the messages one at a time
+would give.  A ``CancelJob`` splits the batch: what came before it is appended first, so a cancel
+sees a job submitted earlier in the same batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from schemas.commands import CancelJob, SubmitJob
+from schemas.job import JobSpec
+from services.admission.handlers import QueueRights, admit, cancel
+from shared.eventstore import ConcurrencyError, EventStore, NewEvent
+from shared.state.fold import ClusterView, job_state
+from shared.state.wire import job_stream
+
+log = logging.getLogger("tessera.admission")
+ATTEMPTS = 3
+
+
+class NodeInventories:
+    """The registered nodes, followed from the store through ``NodeRegistered`` events only."""
+
+    def __init__(self) -> None:
+        self.view = ClusterView()  # fed node registrations only: its ``cluster`` is all admission reads
+        self.position = 0  # every event up to here has been looked at
+
+    async def refresh(self, store: EventStore) -> None:
+        head = await store.last_position()  # read first: every registration at or below it is visible
+        while events := await store.read_all(self.position, 2000, types=("NodeRegistered",)):
+            self.view.apply_all(events)
+            self.position = events[-1].position
+        self.position = max(self.position, head)
+
+
+class Admission:
+    def __init__(self, store: EventStore, queues: QueueRights) -> None:
+        self.store = store
+        self.queues = queues
+        self.nodes = NodeInventories()
+
+    async def decide(self, commands: Sequence[object]) -> list[str]:
+        """Decide and append every command of one poll batch; one verdict per command, in order."""
+        await self.nodes.refresh(self.store)
+        verdicts: list[str] = []
+        submissions: list[SubmitJob] = []
+        for command in commands:
+            if isinstance(command, SubmitJob):
+                submissions.append(command)
+                continue
+            verdicts += await self._submit(submissions)
+            submissions = []
+            verdicts.append(await self._cancel(command) if isinstance(command, CancelJob) else "ignored")
+        verdicts += await self._submit(submissions)
+        return verdicts
+
+    async def _submit(self, commands: list[SubmitJob]) -> list[str]:
+        if not commands:
+            return []
+        for _ in range(ATTEMPTS):
+            found = await self.store.read_streams({job_stream(c.spec.id) for c in commands}, up_to_version=1)
+            admitted = {
+                stream.removeprefix("job-"): JobSpec.model_validate(events[0].data["spec"])
+                for stream, events in found.items()
+                if events[0].type == "JobAdmitted"
+            }
+            events: list[NewEvent] = []
+            expected: dict[str, int] = {}
+            verdicts: list[str] = []
+            for command in commands:
+                spec = command.spec
+                outcome = admit(self.nodes.view.cluster, self.queues, spec, admitted.get(spec.id))
+                if outcome.verdict == "admitted":
+                    admitted[spec.id] = spec  # a twin later in the same batch is a duplicate of this
+                events += outcome.events
+                expected.update(outcome.expected)
+                verdicts.append(outcome.verdict)
+            try:
+                if events:
+                    await self.store.append(events, expected)
+                return verdicts
+            except ConcurrencyError:
+                continue  # another writer created one of these job streams first: look again
+        log.warning("gave up on %d submissions after %d conflicting appends", len(commands), ATTEMPTS)
+        return ["conflict"] * len(commands)
+
+    async def _cancel(self, command: CancelJob) -> str:
+        stream = job_stream(command.job_id)
+        for _ in range(ATTEMPTS):
+            found = await self.store.read_streams([stream])
+            outcome = cancel(job_state(found.get(stream, [])), command.job_id, command.reason)
+            try:
+                if outcome.events:
+                    await self.store.append(outcome.events, outcome.expected)
+                return outcome.verdict
+            except ConcurrencyError:
+                continue  # the job moved (placed, started, ended) while deciding: decide again
+        return "conflict"

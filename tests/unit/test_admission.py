@@ -1,0 +1,131 @@
+"""Admission's batch decisions, on the in-memory event store (the shell's logic, no broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from schemas import JobSpec
+from schemas.commands import CancelJob, SubmitJob
+from schemas.events import JobAdmitted, NodeRegistered
+from schemas.node import GpuDevice, NodeInventory
+from services.admission.batch import Admission
+from services.admission.handlers import QueueRights
+from shared.eventstore import NO_STREAM, NewEvent, RecordedEvent
+from shared.eventstore.memory import InMemoryEventStore
+
+QUEUES: QueueRights = {"default": ("*",), "secret": ("ops",)}
+
+
+def spec(job: str, cpu: str = "2", gpus: int = 1, **extra: Any) -> JobSpec:
+    return JobSpec.model_validate(
+        {"id": job, "tenant": "t", "resources": {"cpu": cpu, "nvidia.com/gpu": gpus}, **extra}
+    )
+
+
+async def with_nodes(store: InMemoryEventStore) -> None:
+    inventory = NodeInventory(name="a", cpu="8", memory="16Gi", gpus=[GpuDevice(index=0, model="T4")])
+    event = NodeRegistered(inventory=inventory)
+    await store.append(
+        [NewEvent("node-a", event.type, event.model_dump(mode="json", by_alias=True))], {"node-a": 0}
+    )
+
+
+async def kinds(store: InMemoryEventStore) -> list[tuple[str, str]]:
+    return [(e.stream, e.type) for e in await store.read_all(0, 1000) if e.type != "NodeRegistered"]
+
+
+async def test_a_batch_admits_rejects_and_ignores_in_one_pass() -> None:
+    store = InMemoryEventStore()
+    await with_nodes(store)
+    admission = Admission(store, QUEUES)
+    verdicts = await admission.decide(
+        [
+            SubmitJob(spec=spec("ok")),
+            SubmitJob(spec=spec("ok")),  # a redelivery inside the same batch
+            SubmitJob(spec=spec("ok", cpu="3")),  # same id, other content
+            SubmitJob(spec=spec("lost", queue="nowhere")),
+            SubmitJob(spec=spec("sneaky", queue="secret")),
+            SubmitJob(spec=spec("huge", gpus=2)),  # node a has one GPU
+        ]
+    )
+    assert verdicts == ["admitted", "duplicate-ignored", "rejected", "rejected", "rejected", "rejected"]
+    written = await store.read_all(0, 100)
+    codes = {e.stream: e.data["code"] for e in written if e.type == "JobRejected"}
+    assert codes == {
+        "rejected-ok": "duplicate",
+        "rejected-lost": "unknown-queue",
+        "rejected-sneaky": "forbidden",
+        "rejected-huge": "impossible",
+    }
+    assert [e.stream for e in written if e.type == "JobAdmitted"] == ["job-ok"]
+
+
+async def test_a_redelivered_batch_changes_nothing_and_a_changed_twin_is_rejected() -> None:
+    store = InMemoryEventStore()
+    admission = Admission(store, QUEUES)
+    assert (
+        await admission.decide([SubmitJob(spec=spec("j1")), SubmitJob(spec=spec("j2"))]) == ["admitted"] * 2
+    )
+    before = await store.last_position()
+    assert await Admission(store, QUEUES).decide([SubmitJob(spec=spec("j1"))]) == ["duplicate-ignored"]
+    assert await store.last_position() == before
+    assert await admission.decide([SubmitJob(spec=spec("j2", cpu="1"))]) == ["rejected"]
+
+
+async def test_nothing_is_impossible_before_a_node_registers_and_new_nodes_are_seen() -> None:
+    store = InMemoryEventStore()
+    admission = Admission(store, QUEUES)
+    assert await admission.decide([SubmitJob(spec=spec("early", gpus=4))]) == ["admitted"]
+    await with_nodes(store)
+    assert await admission.decide([SubmitJob(spec=spec("late", gpus=4))]) == ["rejected"]
+
+
+async def test_a_cancel_sees_a_job_submitted_earlier_in_its_batch() -> None:
+    store = InMemoryEventStore()
+    admission = Admission(store, QUEUES)
+    verdicts = await admission.decide(
+        [
+            SubmitJob(spec=spec("j1")),
+            CancelJob(job_id="j1"),
+            CancelJob(job_id="j1"),  # already cancelled: nothing more
+            CancelJob(job_id="ghost"),
+        ]
+    )
+    assert verdicts == ["admitted", "cancelled", "ignored", "rejected"]
+    assert await kinds(store) == [
+        ("job-j1", "JobAdmitted"),
+        ("job-j1", "JobCancelled"),
+        ("rejected-ghost", "JobRejected"),
+    ]
+
+
+class RacingStore(InMemoryEventStore):
+    """Another admission instance admits ``job`` just before this one's first append."""
+
+    def __init__(self, job: JobSpec) -> None:
+        super().__init__()
+        self.job: JobSpec | None = job
+
+    async def append(
+        self, events: Sequence[NewEvent], expected: Mapping[str, int], tracking: tuple[str, int] | None = None
+    ) -> list[RecordedEvent]:
+        if self.job is not None:
+            job, self.job = self.job, None
+            event = JobAdmitted(spec=job)
+            data = event.model_dump(mode="json", by_alias=True)
+            await super().append([NewEvent(f"job-{job.id}", event.type, data)], {f"job-{job.id}": NO_STREAM})
+        return await super().append(events, expected, tracking)
+
+
+async def test_losing_a_race_decides_again_against_what_the_winner_wrote() -> None:
+    store = RacingStore(spec("j1", cpu="5"))  # the winner's j1 differs from ours
+    verdicts = await Admission(store, QUEUES).decide([SubmitJob(spec=spec("j1")), SubmitJob(spec=spec("j2"))])
+    assert verdicts == ["rejected", "admitted"]
+    assert await kinds(store) == [
+        ("job-j1", "JobAdmitted"),
+        ("rejected-j1", "JobRejected"),
+        ("job-j2", "JobAdmitted"),
+    ]
+    admitted = await store.read_stream("job-j1")
+    assert admitted[0].data["spec"]["resources"]["cpu"] == "5000m"  # the winner's, untouched
