@@ -27,15 +27,18 @@ import os
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import numpy as np
+import numpy.typing as npt
 from rich.console import Console
 from rich.table import Table
 
 from loadtests.cpu_meter import CpuMeter
 from loadtests.live_stack import LiveStack
+from schemas.job import JobSpec
 from shared.bus import BusProducer, ensure_topics
 from shared.bus.producer import await_acks
 from shared.cli import stack
@@ -43,10 +46,11 @@ from shared.settings import Settings
 from shared.sim.trace import load_pods
 from tests.conftest import create_database, drop_database
 
+FloatArray = npt.NDArray[np.float64]
 TRACES = Path(__file__).resolve().parent / "traces" / "alibaba-gpu-v2023"
 
 
-async def produce(live: LiveStack, specs: list, rate: float | None) -> dict[str, float]:  # type: ignore[type-arg]
+async def produce(live: LiveStack, specs: list[JobSpec], rate: float | None) -> dict[str, float]:
     from schemas import SubmitJob
 
     s = live.settings
@@ -72,8 +76,10 @@ class LogWatcher:
     (re-reading the whole log every second cost the stack ~20% of a core).
     """
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, meter: CpuMeter | None = None) -> None:
         self.database = database
+        self.meter = meter
+        self.progress_cpu: dict[str, dict[str, float]] | None = None  # CPU read at the last new placement
         self.times: dict[str, dict[str, float]] = {"JobAdmitted": {}, "JobPlaced": {}}
         self._cursor = 0
         self._con: asyncpg.Connection | None = None
@@ -96,21 +102,60 @@ class LogWatcher:
         """Until every job is placed, ``timeout`` passes, or nothing new was placed for ``stall`` s."""
         deadline = time.time() + timeout
         seen, last_change = -1, time.time()
+        self.progress_cpu = None
         while True:
             await self.poll()
             done = len(ids & self.times["JobPlaced"].keys())
             if done != seen:
                 seen, last_change = done, time.time()
+                self.progress_cpu = self.meter.read() if self.meter is not None else None
             if done == len(ids) or time.time() > deadline or time.time() - last_change > stall:
                 return self.times["JobPlaced"]
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.25)
 
     async def close(self) -> None:
         if self._con is not None:
             await self._con.close()
 
 
-async def run(workers: int, rate: float, seconds: float, burst: int, console: Console) -> dict[str, Any]:
+@dataclass
+class Phase:
+    """One measured phase: when each job was produced, admitted and placed, and the CPU it took."""
+
+    name: str
+    sent: dict[str, float]
+    admitted: dict[str, float]
+    placed: dict[str, float]
+    cpu_s: dict[str, float]
+
+    def latencies_ms(self) -> FloatArray:
+        return np.array([1000 * (self.placed[j] - t) for j, t in self.sent.items() if j in self.placed])
+
+    def throughput(self) -> float:
+        """Placements per second from the first submission to the last placement."""
+        done = [self.placed[j] for j in self.sent if j in self.placed]
+        return len(done) / (max(done) - min(self.sent.values())) if done else 0.0
+
+    def cpu_ms_per_placement(self) -> dict[str, float]:
+        n = max(1, sum(j in self.placed for j in self.sent))
+        return {k: round(1000 * v / n, 2) for k, v in self.cpu_s.items()}
+
+
+async def measure(
+    name: str, live: LiveStack, watcher: LogWatcher, meter: CpuMeter, specs: list[JobSpec], rate: float | None
+) -> Phase:
+    before = meter.read()
+    sent = await produce(live, specs, rate)
+    placed = dict(await watcher.wait_placed(set(sent), 180))
+    # CPU up to the last new placement, not through the final wait for stragglers.
+    after = watcher.progress_cpu or meter.read()
+    admitted = {j: watcher.times["JobAdmitted"][j] for j in sent if j in watcher.times["JobAdmitted"]}
+    return Phase(name, sent, admitted, placed, CpuMeter.used(before, after))
+
+
+async def run(
+    workers: int, rate: float, seconds: float, burst: int, console: Console, out: Path | None
+) -> dict[str, Any]:
     settings = Settings()
     database = await create_database(settings.database_url)
     folder = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
@@ -122,58 +167,105 @@ async def run(workers: int, rate: float, seconds: float, burst: int, console: Co
         stack.spec_from_trace(p).model_copy(update={"id": f"{p.name}-{tag}-{i}", "duration_s": 3600.0})
         for i, p in enumerate(pods[: int(rate * seconds) + burst])
     ]
-    paced, bursty = specs[: int(rate * seconds)], specs[int(rate * seconds) :]
-    watcher = LogWatcher(database)
+    paced_specs, burst_specs = specs[: int(rate * seconds)], specs[int(rate * seconds) :]
     try:
         with console.status(f"{workers} worker(s): starting the stack on 1,523 simulated nodes"):
             await live.standard(
                 workers, ["--mode", "simulated", "--nodes", str(TRACES / "openb_node_list_all_node.csv")]
             )
         meter = CpuMeter({**live.pids(), "benchmark": os.getpid()})
-        cpu_before = meter.read()
-        with console.status(f"{workers} worker(s): {rate:.0f} jobs/s for {seconds:.0f} s"):
-            sent = await produce(live, paced, rate)
-            times = dict(await watcher.wait_placed(set(sent), 120))
-        lat = np.array([1000 * (times[j] - t) for j, t in sent.items() if j in times])
-        admitted = watcher.times["JobAdmitted"]
-        to_admit = np.array([1000 * (admitted[j] - t) for j, t in sent.items() if j in admitted])
-        p50, p99 = np.percentile(to_admit, 50), np.percentile(to_admit, 99)
-        console.print(f"{workers} worker(s): submit->admitted p50 {p50:.0f} ms, p99 {p99:.0f} ms")
-        with console.status(f"{workers} worker(s): burst of {burst} jobs"):
-            sent_b = await produce(live, bursty, None)
-            times_b = await watcher.wait_placed(set(sent_b), 180)
-        placed_b = [times_b[j] for j in sent_b if j in times_b]
-        cpu = CpuMeter.used(cpu_before, meter.read())
-        placed_all = lat.size + len(placed_b)
-        cpu_ms = {k: round(1000 * v / max(1, placed_all), 2) for k, v in cpu.items()}
-        console.print(
-            f"{workers} worker(s): CPU ms per placement (paced + burst, {placed_all} placed): "
-            + ", ".join(f"{k} {v}" for k, v in cpu_ms.items())
-            + f"; total {sum(cpu_ms.values()):.1f}"
-        )
-        span = max(placed_b) - min(sent_b.values()) if placed_b else float("inf")
+        watcher = LogWatcher(database, meter)
+        try:
+            with console.status(f"{workers} worker(s): {rate:.0f} jobs/s for {seconds:.0f} s"):
+                paced = await measure("paced", live, watcher, meter, paced_specs, rate)
+            with console.status(f"{workers} worker(s): burst of {burst} jobs"):
+                bursty = await measure("burst", live, watcher, meter, burst_specs, None)
+        finally:
+            await watcher.close()
         stats = live.stats()
-        for st in stats:
-            console.print(f"  worker {st['worker']}: {st['placements']} placements, time in {st['seconds']}")
     finally:
-        await watcher.close()
         await live.stop()
         await drop_database(settings.database_url, database)
+    for phase in (paced, bursty):
+        cpu = phase.cpu_ms_per_placement()
+        console.print(
+            f"{workers} worker(s), {phase.name}: CPU ms per placement "
+            + ", ".join(f"{k} {v}" for k, v in cpu.items())
+            + f"; total {sum(cpu.values()):.2f}"
+        )
+        missing = [j for j in phase.sent if j not in phase.placed]
+        if missing:
+            console.print(f"  not placed ({len(missing)}): {', '.join(missing[:5])}")
+    for st in stats:
+        console.print(f"  worker {st['worker']}: {st['placements']} placements, time in {st['seconds']}")
+    lat = paced.latencies_ms()
+    to_admit = np.array(
+        [1000 * (paced.admitted[j] - t) for j, t in paced.sent.items() if j in paced.admitted]
+    )
+    if out is not None:
+        write_timings(out / f"pipeline-{workers}w.csv", (paced, bursty))
     return {
-        "placements_per_s": round(len(placed_b) / span, 1),
+        "placements_per_s": round(bursty.throughput(), 1),
         "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat.size else float("nan"),
         "p99_ms": round(float(np.percentile(lat, 99)), 1) if lat.size else float("nan"),
+        "admit_p50_ms": round(float(np.percentile(to_admit, 50)), 1) if to_admit.size else float("nan"),
+        "admit_p99_ms": round(float(np.percentile(to_admit, 99)), 1) if to_admit.size else float("nan"),
         "conflicts": int(sum(int(s["conflicts"]) for s in stats)),
         "paced_placed": int(lat.size),
-        "paced_jobs": len(paced),
-        "burst_placed": len(placed_b),
-        "cpu_ms_per_placement": cpu_ms,
+        "paced_jobs": len(paced_specs),
+        "burst_placed": sum(j in bursty.placed for j in bursty.sent),
+        "burst_jobs": len(burst_specs),
+        "cpu_ms_per_placement": {
+            "paced": paced.cpu_ms_per_placement(),
+            "burst": bursty.cpu_ms_per_placement(),
+        },
     }
 
 
-async def main(rate: float, seconds: float, burst: int, workers: list[int]) -> None:
+def write_timings(path: Path, phases: tuple[Phase, ...]) -> None:
+    """Per job: phase, produced, admitted and placed (epoch seconds; empty when it never was)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write("phase,job,sent,admitted,placed\n")
+        for phase in phases:
+            for job, t in phase.sent.items():
+                a, p = phase.admitted.get(job, ""), phase.placed.get(job, "")
+                f.write(f"{phase.name},{job},{t:.6f},{a},{p}\n")
+
+
+def plot(out: Path, workers: list[int]) -> None:
+    """Submit-to-placement latency against submission time, one panel per worker count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(workers), figsize=(6 * len(workers), 4), squeeze=False)
+    for ax, w in zip(axes[0], workers, strict=True):
+        rows = [line.split(",") for line in (out / f"pipeline-{w}w.csv").read_text().splitlines()[1:]]
+        start = min(float(r[2]) for r in rows)
+        for phase, colour in (("paced", "tab:blue"), ("burst", "tab:orange")):
+            pts = [
+                (float(r[2]) - start, 1000 * (float(r[4]) - float(r[2])))
+                for r in rows
+                if r[0] == phase and r[4]
+            ]
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.scatter(x, y, s=2, color=colour, label=phase)
+        ax.set_yscale("log")
+        ax.axhline(250, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{w} placement worker(s)")
+        ax.set_xlabel("submitted at (s)")
+        ax.set_ylabel("submit -> placed (ms)")
+        ax.legend(markerscale=4)
+    fig.tight_layout()
+    fig.savefig(out / "pipeline-latency.png", dpi=110)
+
+
+async def main(rate: float, seconds: float, burst: int, workers: list[int], out: Path | None) -> None:
     console = Console(width=120)
-    results = {str(w): await run(w, rate, seconds, burst, console) for w in workers}
+    results = {str(w): await run(w, rate, seconds, burst, console, out) for w in workers}
     table = Table(
         title=f"pipeline on 1,523 simulated nodes: {rate:.0f} jobs/s paced, then a burst of {burst}"
     )
@@ -182,6 +274,7 @@ async def main(rate: float, seconds: float, burst: int, workers: list[int]) -> N
         "placements/s (burst)",
         "p50 ms (paced)",
         "p99 ms (paced)",
+        "CPU ms/placement (paced / burst)",
         "conflicts retried",
         "placed",
     ):
@@ -192,10 +285,14 @@ async def main(rate: float, seconds: float, burst: int, workers: list[int]) -> N
             f"{r['placements_per_s']:.0f}",
             f"{r['p50_ms']:.0f}",
             f"{r['p99_ms']:.0f}",
+            " / ".join(f"{sum(r['cpu_ms_per_placement'][p].values()):.2f}" for p in ("paced", "burst")),
             str(r["conflicts"]),
-            f"{r['paced_placed']}/{r['paced_jobs']} + {r['burst_placed']}/{burst}",
+            f"{r['paced_placed']}/{r['paced_jobs']} + {r['burst_placed']}/{r['burst_jobs']}",
         )
     console.print(table)
+    if out is not None:
+        plot(out, workers)
+        console.print(f"per-job timings and pipeline-latency.png in {out}")
     print(json.dumps({"workers": results}))
 
 
@@ -205,5 +302,6 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--workers", default="1,2", help="worker counts to measure")
+    parser.add_argument("--out", type=Path, default=None, help="folder for per-job timings (CSV) and a plot")
     a = parser.parse_args()
-    asyncio.run(main(a.rate, a.seconds, a.burst, [int(w) for w in a.workers.split(",")]))
+    asyncio.run(main(a.rate, a.seconds, a.burst, [int(w) for w in a.workers.split(",")], a.out))

@@ -28,6 +28,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan, shard_mask
 from shared.bus import ensure_topics
+from shared.bus.fetch import fetch_options
 from shared.core.cluster import BoolArray
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
@@ -36,7 +37,7 @@ from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
-from shared.state.fold import ClusterView, digest
+from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest
 from shared.state.follow import EventFollower, catch_up, restore, save_snapshot
 from shared.state.readiness import mark_ready
 
@@ -155,7 +156,7 @@ class Worker:
         await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         store = await PostgresEventStore.connect(s.database_url, max_size=4)
         self.view = await restore(store, self.view.rotation)  # snapshot plus tail
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events)
+        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.fetch_wait_ms)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,
             group_id=f"{s.topic_prefix}-placement",
@@ -164,6 +165,7 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=6000,
             heartbeat_interval_ms=1000,
+            **fetch_options(s.fetch_wait_ms),
         )
         self.work.consumer, self.work.view = consumer, self.view
         self.work.ready_name = f"placement-{self.name}"
@@ -254,14 +256,21 @@ class Worker:
         for w in waits:
             w.cancel()
 
-    async def _snapshots(self, store: PostgresEventStore, stop: asyncio.Event, every: int = 5000) -> None:
-        """Keep a snapshot of the view no more than ``every`` events old (restarts replay less)."""
-        saved = self.view.position
+    async def _snapshots(self, store: PostgresEventStore, stop: asyncio.Event) -> None:
+        """Keep the newest snapshot of the view no more than ``snapshot_every`` events old.
+
+        Restarts then replay at most that many events (tens of thousands a second).  Serialising
+        the view holds the worker up (tens of ms per thousand jobs), so it is done rarely, and
+        only by one worker when several find the newest snapshot old at once.
+        """
+        every = self.settings.snapshot_every
         while not stop.is_set():
             await asyncio.sleep(5.0)
-            if self.view.position - saved >= every:
-                await save_snapshot(self.view, store)
-                saved = self.view.position
+            if self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
+                continue
+            t0 = time.perf_counter()
+            await save_snapshot(self.view, store)
+            log.info("snapshot at %d took %.0f ms", self.view.position, 1000 * (time.perf_counter() - t0))
 
     async def _write_stats(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -24,6 +24,7 @@ from opentelemetry import context as otel_context
 from pydantic import TypeAdapter, ValidationError
 
 from shared.bus import tracing
+from shared.bus.fetch import fetch_options
 from shared.bus.producer import BusProducer
 from shared.bus.topics import DEADLETTER
 
@@ -63,6 +64,7 @@ class BusConsumer(Generic[T]):
         client_id: str = "tessera",
         auto_offset_reset: str = "earliest",
         dead_letter_topic: str = DEADLETTER,
+        fetch_wait_ms: int = 0,
     ) -> None:
         self._topics = topics
         self._dead_letter_topic = dead_letter_topic
@@ -77,6 +79,7 @@ class BusConsumer(Generic[T]):
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
             max_poll_records=500,
+            **fetch_options(fetch_wait_ms),
         )
 
     async def start(self) -> None:

@@ -67,7 +67,8 @@ class ClusterState:
         self.mem_free: IntArray = self.mem_cap.copy()
         self.gpu_free: IntArray = self.gpu_cap.copy()
         self.affinity: IntArray = np.zeros((n, AFFINITY_CLASSES), dtype=np.int64)
-        self.version: IntArray = np.zeros(n, dtype=np.int64)
+        # Digests from the start, not zeros: nodes of different sizes must never share one.
+        self.version: IntArray = np.array([self._digest(i) for i in range(n)], dtype=np.int64)
 
     @property
     def size(self) -> int:
@@ -165,3 +166,22 @@ def first_free_gpus(gpu_free_row: IntArray, count: int) -> tuple[int, ...]:
     if free.size < count:
         raise ValueError(f"only {free.size} whole GPUs free, {count} needed")
     return tuple(int(g) for g in free[:count])
+
+
+def distinct_states(cluster: ClusterState, nodes: IntArray) -> tuple[IntArray, IntArray]:
+    """Nodes of ``nodes`` with pairwise different (version digest, GPU model), and where each went.
+
+    Returns ``(reps, which)``: ``reps`` ascending node indices, one per distinct state, and for
+    every entry of ``nodes`` the position in ``reps`` of the node sharing its state, so
+    ``values_of(reps)[which]`` equals ``values_of(nodes)`` for any per-node function of the
+    node's free resources and model.  (The digest covers CPU, memory, every GPU slot in order
+    and the task counts; see ``ClusterState``.)
+    """
+    if nodes.size < 2:
+        return nodes, np.arange(nodes.size)
+    keys = np.stack((cluster.version[nodes], cluster.model_idx[nodes]), axis=1)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # representatives in ascending node order, as scorers expect
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return nodes[first[order]], rank[inverse.reshape(-1)]

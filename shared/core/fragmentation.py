@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from shared.core.cluster import ClusterState, IntArray
+from shared.core.cluster import ClusterState, IntArray, distinct_states
 from shared.core.task import MILLI, TaskShape
 
 FloatArray = npt.NDArray[np.float64]
@@ -170,7 +170,8 @@ class NodeFragmentation:
     def current(self, cluster: ClusterState) -> FloatArray:
         stale = np.flatnonzero(self._version != cluster.version)
         if stale.size:
-            self.values[stale] = self.evaluate(cluster, stale)
+            reps, which = distinct_states(cluster, stale)
+            self.values[stale] = self.evaluate(cluster, reps)[which]
             self._version[stale] = cluster.version[stale]
         return self.values
 

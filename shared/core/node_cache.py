@@ -3,6 +3,12 @@
 A placement changes one node, so after it only that node's "what if this task went here" value
 is stale; the rest can be reused for the next task of the same shape.  This turns an O(nodes)
 fragmentation evaluation per decision into O(changed nodes) plus a vectorised version compare.
+
+When many nodes are stale at once (a shape never seen, a policy just rebuilt), most of them are
+in the same state: a fresh cluster has a handful of node types, a busy one many full or empty
+nodes.  A node's value depends only on its free state and GPU model, so each distinct
+(state digest, model) pair is computed once and shared (:func:`distinct_states`): the first
+scoring of a shape on the 1,523-node openb cluster evaluates tens of states, not thousands.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shared.core.cluster import ClusterState, IntArray
+from shared.core.cluster import ClusterState, IntArray, distinct_states
 from shared.core.fragmentation import FloatArray
 from shared.core.task import TaskShape
 
@@ -53,8 +59,9 @@ class NodeValueCache:
             self._entries[task] = entry
         stale = nodes[entry.version[nodes] != cluster.version[nodes]]
         if stale.size:
-            value, gpu = compute(stale)
-            entry.value[stale] = value
-            entry.gpu[stale] = gpu
+            reps, which = distinct_states(cluster, stale)
+            value, gpu = compute(reps)
+            entry.value[stale] = value[which]
+            entry.gpu[stale] = gpu[which]
             entry.version[stale] = cluster.version[stale]
         return entry.value[nodes], entry.gpu[nodes]

@@ -85,6 +85,10 @@ class InMemoryEventStore(EventStore):
         found = self._snapshots.get(name)
         return (found[0], copy.deepcopy(found[1])) if found else None
 
+    async def snapshot_position(self, name: str) -> int:
+        found = self._snapshots.get(name)
+        return found[0] if found else 0
+
     async def tracked_position(self, consumer: str) -> int:
         return self._tracking.get(consumer, 0)
 

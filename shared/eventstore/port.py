@@ -100,6 +100,10 @@ class EventStore(abc.ABC):
         """The latest snapshot under ``name``: (position, state), or None."""
 
     @abc.abstractmethod
+    async def snapshot_position(self, name: str) -> int:
+        """The position of the latest snapshot under ``name`` (0 if none), without loading it."""
+
+    @abc.abstractmethod
     async def tracked_position(self, consumer: str) -> int:
         """Where ``consumer`` last recorded its progress (0 if never)."""
 

@@ -267,6 +267,11 @@ class PostgresEventStore(EventStore):
             row = await con.fetchrow("SELECT position, state FROM snapshots WHERE name = $1", name)
         return (int(row["position"]), dict(row["state"])) if row else None
 
+    async def snapshot_position(self, name: str) -> int:
+        async with self.pool.acquire() as con:
+            value = await con.fetchval("SELECT position FROM snapshots WHERE name = $1", name)
+        return int(value) if value is not None else 0
+
     async def tracked_position(self, consumer: str) -> int:
         async with self.pool.acquire() as con:
             value = await con.fetchval("SELECT position FROM tracking WHERE consumer = $1", consumer)

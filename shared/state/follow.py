@@ -15,6 +15,7 @@ from datetime import datetime
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
+from shared.bus.fetch import fetch_options
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot, to_snapshot
@@ -58,7 +59,9 @@ async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> i
 class EventFollower:
     """Folds ``tessera.events`` into a view; ``changed`` is set after each batch that moved it."""
 
-    def __init__(self, view: ClusterView, bootstrap: str, topic: str = EVENTS) -> None:
+    def __init__(
+        self, view: ClusterView, bootstrap: str, topic: str = EVENTS, fetch_wait_ms: int = 0
+    ) -> None:
         self.view = view
         self.changed = asyncio.Event()
         self._consumer = AIOKafkaConsumer(
@@ -67,6 +70,7 @@ class EventFollower:
             group_id=None,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
+            **fetch_options(fetch_wait_ms),
         )
 
     async def run(self, stop: asyncio.Event) -> None:

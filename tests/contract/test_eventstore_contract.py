@@ -125,9 +125,11 @@ async def test_tracking_is_recorded_in_the_same_transaction_as_the_events(store:
 
 async def test_snapshots_keep_the_newest_state(store: EventStore) -> None:
     assert await store.load_snapshot("cluster") is None
+    assert await store.snapshot_position("cluster") == 0
     await store.save_snapshot("cluster", 10, {"nodes": 3})
     await store.save_snapshot("cluster", 5, {"nodes": 1})
     assert await store.load_snapshot("cluster") == (10, {"nodes": 3})
+    assert await store.snapshot_position("cluster") == 10
     await store.save_snapshot("cluster", 12, {"nodes": 4})
     assert await store.load_snapshot("cluster") == (12, {"nodes": 4})
 

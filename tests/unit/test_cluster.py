@@ -1,6 +1,7 @@
+import numpy as np
 import pytest
 
-from shared.core.cluster import first_free_gpus
+from shared.core.cluster import distinct_states, first_free_gpus
 from tests.unit.builders import cluster, node, task
 
 
@@ -66,3 +67,27 @@ def test_whole_gpus_come_from_the_lowest_free_slots() -> None:
 def test_names_must_be_unique() -> None:
     with pytest.raises(ValueError):
         cluster(node("a"), node("a"))
+
+
+def test_nodes_share_a_representative_only_when_state_and_model_agree() -> None:
+    c = cluster(
+        node("a", gpus=4),
+        node("b", gpus=4),  # same as a while both are empty
+        node("c", gpus=8),  # a different size: never the same as a, even empty
+        node("d", gpus=4, model="T4"),  # same size as a, other model
+        node("e", gpus=4),
+    )
+    c.place(4, task(gpus=1, milli=500), (0,))  # e is no longer empty
+    nodes = np.arange(5)
+    reps, which = distinct_states(c, nodes)
+    assert reps.tolist() == [0, 2, 3, 4]
+    assert reps[which].tolist() == [0, 0, 2, 3, 4]
+    c.place(0, task(gpus=1, milli=500), (0,))  # now a is in e's state
+    reps, which = distinct_states(c, nodes)
+    assert reps[which].tolist() == [0, 1, 2, 3, 0]
+
+
+def test_fresh_nodes_of_different_sizes_have_different_versions() -> None:
+    c = cluster(node("a", cpu=8_000, gpus=2), node("b", cpu=16_000, gpus=2), node("c", cpu=8_000, gpus=2))
+    assert len({int(v) for v in c.version}) == 2
+    assert int(c.version[0]) == int(c.version[2])
