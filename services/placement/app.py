@@ -69,13 +69,18 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
         return {job for items in self.items.values() for _, job in items}
 
     def done_offsets(self, view: ClusterView) -> dict[TopicPartition, int]:
-        """Per partition: the offset after the longest prefix of items whose job left 'pending'."""
+        """Per partition: the offset after the longest prefix of items whose job left 'pending'.
+
+        A job the view has not folded yet is not done: the work item (from the placement topic)
+        can arrive before its ``JobAdmitted`` (from the event topic); committing it then would
+        lose the job for this worker and for the group.
+        """
         offsets: dict[TopicPartition, int] = {}
         for tp, items in self.items.items():
             keep = 0
             while keep < len(items):
                 job = view.jobs.get(items[keep][1])
-                if job is not None and job.state == "pending":
+                if job is None or job.state == "pending":
                     break
                 keep += 1
             if keep:
@@ -228,23 +233,24 @@ class Worker:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue
             # Append in chunks of jobs: a conflict then wastes one chunk's plan, not the cycle's.
-            last_position = 0
+            conflicted = False
             for chunk in decision.chunks(self.chunk_jobs):
                 try:
                     recorded = await store.append(chunk.events, chunk.expected)
                 except ConcurrencyError as exc:
                     self.stats.conflicts += 1
                     log.info("conflict on %s", dict(list(exc.conflicts.items())[:3]))
+                    conflicted = True
                     break  # the rest was planned on top of this chunk: re-plan it
-                last_position = recorded[-1].position
+                # Our own placements count at once; the log brings them back later, skipped.
+                self.view.apply_ahead(recorded)
                 now = time.time()
                 for job in chunk.jobs:
                     self.stats.latencies_ms.append(1000 * (now - self.view.jobs[job].admitted_time))
                 self.stats.placements += len(chunk.jobs)
             t2 = time.perf_counter()
             self.stats.seconds["append"] += t2 - t1
-            # See our own placements (the relay brings them back) before planning again.
-            if last_position == 0 or not await follower.wait_past(last_position, timeout=2.0):
+            if conflicted:  # another writer moved a node we used: see what it did before planning again
                 await catch_up(self.view, store)
             self.stats.seconds["catch_up"] += time.perf_counter() - t2
 
@@ -268,6 +274,8 @@ class Worker:
             await asyncio.sleep(5.0)
             if self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
                 continue
+            if self.view.folded_ahead:
+                continue  # own placements not yet back from the log: the view is not a log prefix
             t0 = time.perf_counter()
             await save_snapshot(self.view, store)
             log.info("snapshot at %d took %.0f ms", self.view.position, 1000 * (time.perf_counter() - t0))
@@ -284,7 +292,8 @@ class Worker:
         # The digest hashes the whole view (tens of ms on a big cluster): it is taken only once the
         # view has been still for a whole stats period, so a busy worker never pays it per second.
         position = self.view.position
-        if (final or position == self._dumped_at) and self._digest[0] != position:
+        still = final or position == self._dumped_at
+        if still and not self.view.folded_ahead and self._digest[0] != position:
             self._digest = (position, digest(self.view))
         self._dumped_at = position
         body = {

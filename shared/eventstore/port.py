@@ -115,11 +115,16 @@ class EventStore(abc.ABC):
         """Release connections."""
 
 
-def check_expected(expected: Mapping[str, int], actual: Mapping[str, int], streams: set[str]) -> None:
-    """Raise :class:`ConcurrencyError` unless every touched stream is named and at its version."""
+def check_named(expected: Mapping[str, int], streams: set[str]) -> None:
+    """Raise ``ValueError`` unless every touched stream has an expected version (a caller's bug)."""
     missing = streams - set(expected)
     if missing:
         raise ValueError(f"append touches streams without an expected version: {sorted(missing)}")
+
+
+def check_expected(expected: Mapping[str, int], actual: Mapping[str, int], streams: set[str]) -> None:
+    """Raise :class:`ConcurrencyError` unless every touched stream is named and at its version."""
+    check_named(expected, streams)
     conflicts = {
         s: (e, actual.get(s, NO_STREAM))
         for s, e in expected.items()

@@ -21,9 +21,17 @@ from typing import Any
 
 import asyncpg
 
-from shared.eventstore.port import NO_STREAM, EventStore, NewEvent, RecordedEvent, check_expected
+from shared.eventstore.port import (
+    NO_STREAM,
+    ConcurrencyError,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    check_named,
+)
 
-APPEND_LOCK = 0x7E55E7A  # advisory lock key serialising appends
+APPEND_LOCK = 0x7E55E7A  # advisory lock key serialising appends (taken in tessera_append)
+CONFLICT_SQLSTATE = "TS409"  # raised by tessera_append when an expected version does not match
 MIGRATION_LOCK = 0x7E55E7B
 NOTIFY_CHANNEL = "tessera_events"
 
@@ -116,72 +124,41 @@ class PostgresEventStore(EventStore):
         expected: Mapping[str, int],
         tracking: tuple[str, int] | None = None,
     ) -> list[RecordedEvent]:
-        streams = {e.stream for e in events}
-        async with self.pool.acquire() as con, con.transaction():
-            await con.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK)
-            names = sorted(set(expected) | streams)
-            rows = await con.fetch(
-                "SELECT stream, version FROM streams WHERE stream = ANY($1::text[])", names
+        check_named(expected, {e.stream for e in events})  # the versions are checked under the lock
+        try:
+            async with self.pool.acquire() as con:
+                rows = await con.fetch(
+                    "SELECT * FROM tessera_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    APPEND_LOCK,
+                    [e.stream for e in events],
+                    [e.type for e in events],
+                    [json.dumps(dict(e.data)) for e in events],
+                    [json.dumps(dict(e.metadata)) for e in events],
+                    list(expected),
+                    list(expected.values()),
+                    tracking[0] if tracking is not None else None,
+                    tracking[1] if tracking is not None else None,
+                    NOTIFY_CHANNEL,
+                )
+        except asyncpg.PostgresError as exc:
+            if getattr(exc, "sqlstate", None) != CONFLICT_SQLSTATE:
+                raise
+            raw = json.loads(getattr(exc, "detail", None) or "{}")
+            raise ConcurrencyError({s: (int(e), int(a)) for s, (e, a) in raw.items()}) from None
+        # Rows come back in position order, which is the order of ``events``; the bodies are the
+        # caller's (decoding the JSONB again cost as much as the insert).
+        return [
+            RecordedEvent(
+                position=r["out_position"],
+                stream=r["out_stream"],
+                version=r["out_version"],
+                type=sent.type,
+                data=dict(sent.data),
+                metadata=dict(sent.metadata),
+                recorded_at=r["out_recorded_at"],
             )
-            actual = {r["stream"]: r["version"] for r in rows}
-            check_expected(expected, actual, streams)
-            versions = dict(actual)
-            stream_col, version_col, type_col, data_col, meta_col = [], [], [], [], []
-            for e in events:
-                versions[e.stream] = versions.get(e.stream, NO_STREAM) + 1
-                stream_col.append(e.stream)
-                version_col.append(versions[e.stream])
-                type_col.append(e.type)
-                data_col.append(json.dumps(dict(e.data)))
-                meta_col.append(json.dumps(dict(e.metadata)))
-            recorded: list[RecordedEvent] = []
-            if events:
-                inserted = await con.fetch(
-                    """
-                    INSERT INTO events (stream, version, type, data, metadata)
-                    SELECT s, v, t, d::jsonb, m::jsonb
-                    FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[])
-                         WITH ORDINALITY AS u(s, v, t, d, m, n)
-                    ORDER BY n
-                    RETURNING position, stream, version, recorded_at
-                    """,
-                    stream_col,
-                    version_col,
-                    type_col,
-                    data_col,
-                    meta_col,
-                )
-                # The bodies are the caller's: only what the database assigned comes back (decoding
-                # the JSONB again cost as much as the insert).
-                by_key = {(s, v): e for s, v, e in zip(stream_col, version_col, events, strict=True)}
-                recorded = []
-                for r in inserted:
-                    sent = by_key[(r["stream"], r["version"])]
-                    recorded.append(
-                        RecordedEvent(
-                            position=r["position"],
-                            stream=r["stream"],
-                            version=r["version"],
-                            type=sent.type,
-                            data=dict(sent.data),
-                            metadata=dict(sent.metadata),
-                            recorded_at=r["recorded_at"],
-                        )
-                    )
-                recorded.sort(key=lambda r: r.position)
-                heads = {s: v for s, v in versions.items() if s in streams}
-                await con.execute(
-                    """
-                    INSERT INTO streams (stream, version) SELECT * FROM unnest($1::text[], $2::int[])
-                    ON CONFLICT (stream) DO UPDATE SET version = EXCLUDED.version
-                    """,
-                    list(heads),
-                    list(heads.values()),
-                )
-                await con.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, str(recorded[-1].position))
-            if tracking is not None:
-                await self._track(con, *tracking)
-            return recorded
+            for r, sent in zip(rows, events, strict=True)
+        ]
 
     async def stream_version(self, stream: str) -> int:
         async with self.pool.acquire() as con:

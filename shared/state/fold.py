@@ -70,6 +70,7 @@ class ClusterView:
         self._pending: dict[str, None] = {}
         self._active: dict[str, None] = {}  # placed or running
         self._changed: dict[str, None] = {}  # jobs touched since the last drain_changed()
+        self._ahead: set[int] = set()  # positions above ``position`` folded early (apply_ahead)
 
     # -- folding ----------------------------------------------------------------------------
     @staticmethod
@@ -79,13 +80,10 @@ class ClusterView:
         return stream.startswith("job-") or event_type == "NodeRegistered"
 
     def apply(self, event: RecordedEvent) -> bool:
-        """Fold one event; False when it was already folded (duplicate or replayed)."""
+        """Fold one event; False when it was already folded (duplicate, replayed, or ahead)."""
         if not self.advance(event.position, event.stream, event.version):
             return False
-        if event.stream.startswith("job-"):
-            self._apply_job(event)
-        elif event.type == "NodeRegistered":
-            self._register(NodeRegistered.model_validate(event.data).inventory)
+        self._fold_body(event)
         return True
 
     def advance(self, position: int, stream: str, version: int) -> bool:
@@ -94,8 +92,43 @@ class ClusterView:
         if position <= self.position:
             return False
         self.position = position
+        if position in self._ahead:
+            self._ahead.discard(position)  # folded early by apply_ahead: only the watermark moves
+            return False
         self.stream_versions[stream] = version
         return True
+
+    def apply_ahead(self, events: Iterable[RecordedEvent]) -> None:
+        """Fold this process's own just-appended events before the log delivers them.
+
+        Safe because the append succeeded: every stream it touched was at the version this view
+        read, so no event of another writer on those streams lies between what the view has
+        folded and these; the events not yet folded below them touch other jobs and nodes, and
+        their effects commute with these.  ``position`` stays the contiguous watermark (every
+        event at or below it is folded); the positions folded early are skipped when the log
+        brings them.
+        """
+        for event in events:
+            if event.position <= self.position or event.position in self._ahead:
+                continue
+            self._ahead.add(event.position)
+            self.stream_versions[event.stream] = event.version
+            self._fold_body(event)
+
+    def is_ahead(self, position: int) -> bool:
+        return position in self._ahead
+
+    @property
+    def folded_ahead(self) -> int:
+        """How many events beyond the watermark are folded already (0: the view is exactly the
+        log up to ``position``, as a snapshot must be)."""
+        return len(self._ahead)
+
+    def _fold_body(self, event: RecordedEvent) -> None:
+        if event.stream.startswith("job-"):
+            self._apply_job(event)
+        elif event.type == "NodeRegistered":
+            self._register(NodeRegistered.model_validate(event.data).inventory)
 
     def apply_all(self, events: Iterable[RecordedEvent]) -> int:
         return sum(self.apply(e) for e in events)

@@ -101,7 +101,7 @@ class EventFollower:
         if position <= self.view.position:
             return False  # a duplicate, or already folded from the store
         stream = record.key.decode() if record.key is not None else ""
-        if not stream or self.view.needs_body(stream, kind):
+        if not stream or (self.view.needs_body(stream, kind) and not self.view.is_ahead(position)):
             return self.view.apply(decode_envelope(record.value))
         return self.view.advance(position, stream, version)
 

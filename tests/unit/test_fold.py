@@ -116,3 +116,21 @@ def test_a_job_stream_alone_gives_the_state_and_version_the_fold_gives(cut: int)
         stream = [e for e in events if e.stream == f"job-{job_id}"]
         assert job_state(stream) == (record.state, record.version)
     assert job_state([e for e in events if e.stream == "job-unknown"]) is None
+
+
+@pytest.mark.parametrize("cut", range(4, 8))
+def test_own_events_folded_ahead_then_the_log_in_order_give_the_replayed_state(cut: int) -> None:
+    """A worker folds its JobPlaced (job and node stream copies) at once; the log brings it later.
+
+    Only views a worker can have qualify: j2 pending (admitted, not yet placed) when it plans."""
+    events = _log()
+    admitted = next(i for i, e in enumerate(events) if e.stream == "job-j2")
+    own = [e for e in events if e.type == "JobPlaced" and e.data["job_id"] == "j2"]  # job and node copies
+    assert admitted < cut <= events.index(own[0])  # the views a worker placing j2 can have
+    view = fold(events[:cut])
+    view.apply_ahead(own)
+    assert view.folded_ahead == 2 and view.position == events[cut - 1].position
+    assert view.jobs["j2"].state == "placed" and view.node_version("a") == own[1].version
+    view.apply_all(events[cut:])
+    assert view.folded_ahead == 0
+    assert digest(view) == digest(fold(events))

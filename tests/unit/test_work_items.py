@@ -1,0 +1,41 @@
+"""The placement worker's work items: an offset is committed only past jobs that left 'pending'."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from aiokafka import TopicPartition
+
+from schemas import JobSpec
+from schemas.events import JobAdmitted, JobCancelled
+from services.placement.app import WorkItems
+from shared.eventstore.port import RecordedEvent
+from shared.state.fold import ClusterView
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+TP = TopicPartition("tessera.placement", 0)
+
+
+def admitted(position: int, job: str) -> RecordedEvent:
+    spec = JobSpec.model_validate({"id": job, "tenant": "t", "resources": {"cpu": "1"}})
+    data = JobAdmitted(spec=spec).model_dump(mode="json", by_alias=True)
+    return RecordedEvent(position, f"job-{job}", 1, "JobAdmitted", data, {}, NOW)
+
+
+def cancelled(position: int, job: str) -> RecordedEvent:
+    data = JobCancelled(job_id=job).model_dump(mode="json", by_alias=True)
+    return RecordedEvent(position, f"job-{job}", 2, "JobCancelled", data, {}, NOW)
+
+
+def test_items_are_done_only_once_their_job_is_known_and_no_longer_pending() -> None:
+    view = ClusterView()
+    work = WorkItems()
+    for offset, job in enumerate(["a", "b", "c"]):
+        work.add(TP, offset, job)
+    # The work items arrived before any JobAdmitted was folded: nothing is done yet.
+    assert work.done_offsets(view) == {}
+    view.apply_all([admitted(1, "a"), admitted(2, "b"), cancelled(3, "a")])
+    assert work.done_offsets(view) == {TP: 1}  # a left pending; b waits, c is not even known
+    view.apply_all([cancelled(4, "b"), admitted(5, "c")])
+    assert work.done_offsets(view) == {TP: 2}
+    assert work.owned() == {"c"}
