@@ -20,17 +20,26 @@ CREATE OR REPLACE FUNCTION tessera_append(
     p_tracking_position BIGINT,
     p_notify_channel TEXT
 ) RETURNS TABLE (out_position BIGINT, out_stream TEXT, out_version INT, out_recorded_at TIMESTAMPTZ)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Stream heads are looked up one by one through the primary key.  PL/pgSQL keeps a session's
+-- plans, and a plan made while ``streams`` was small (a fresh database) would otherwise scan the
+-- whole table on every append for as long as the connection lives: measured, 2,654 scans reading
+-- 6.4 million rows over 3,000 appends.  An append names a handful of streams among millions.
+SET enable_seqscan = off
+AS $$
 DECLARE
     conflicts JSONB;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_lock);
 
-    SELECT jsonb_object_agg(x.stream, jsonb_build_array(x.expected, coalesce(s.version, 0)))
+    SELECT jsonb_object_agg(c.stream, jsonb_build_array(c.expected, c.actual))
     INTO conflicts
-    FROM unnest(p_expected_streams, p_expected_versions) AS x(stream, expected)
-    LEFT JOIN streams s ON s.stream = x.stream
-    WHERE x.expected <> -1 AND coalesce(s.version, 0) <> x.expected;
+    FROM (
+        SELECT x.stream, x.expected,
+               coalesce((SELECT s.version FROM streams s WHERE s.stream = x.stream), 0) AS actual
+        FROM unnest(p_expected_streams, p_expected_versions) AS x(stream, expected)
+    ) c
+    WHERE c.expected <> -1 AND c.actual <> c.expected;
     IF conflicts IS NOT NULL THEN
         RAISE EXCEPTION 'concurrent append' USING ERRCODE = 'TS409', DETAIL = conflicts::text;
     END IF;
@@ -42,8 +51,10 @@ BEGIN
             FROM unnest(p_streams, p_types, p_data, p_metadata) WITH ORDINALITY AS u(s, t, d, m, n)
         ),
         numbered AS (
-            SELECT i.*, coalesce(h.version, 0) + row_number() OVER (PARTITION BY i.s ORDER BY i.n) AS v
-            FROM input i LEFT JOIN streams h ON h.stream = i.s
+            SELECT i.*,
+                   coalesce((SELECT h.version FROM streams h WHERE h.stream = i.s), 0)
+                   + row_number() OVER (PARTITION BY i.s ORDER BY i.n) AS v
+            FROM input i
         ),
         inserted AS (
             -- Identity values are drawn in the order rows are produced: log order = call order.
