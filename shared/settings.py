@@ -11,7 +11,7 @@ TESSERA_RELAY_BATCH        500                                    events per rel
 TESSERA_RELAY_POLL_S       0.2                                    relay poll when no NOTIFY arrives
 TESSERA_DB_POOL_MAX        10                                     asyncpg pool size per process
 TESSERA_TOPIC_PREFIX       tessera                                topic and consumer-group prefix
-TESSERA_FETCH_WAIT_MS      0                                      consumers: wait up to this long
+TESSERA_FETCH_WAIT_MS      5                                      consumers: wait up to this long
                                                                   for 64 KiB before a fetch returns
                                                                   (0: return at the first record)
 TESSERA_SNAPSHOT_EVERY     50000                                  placement: save a snapshot of the
@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     db_pool_max: int = Field(10, ge=1)
     topic_prefix: str = Field("tessera", pattern=r"^[A-Za-z0-9._-]+$")
     snapshot_every: int = Field(50_000, ge=100)
-    fetch_wait_ms: int = Field(0, ge=0, le=500)
+    fetch_wait_ms: int = Field(5, ge=0, le=500)
 
     @property
     def topics(self) -> TopicNames:
