@@ -59,9 +59,14 @@ class BusProducer:
         the same batch instead of one round trip after the other.  Order per partition is kept.
         """
         carried = tracing.inject(list(headers or []))
-        value = model.model_dump_json(by_alias=True).encode()
+        return await self.enqueue(topic, model.model_dump_json(by_alias=True).encode(), key, carried)
+
+    async def enqueue(
+        self, topic: str, value: bytes, key: str | None = None, headers: tracing.Headers | None = None
+    ) -> asyncio.Future[object]:
+        """Queue bytes already encoded; the future resolves at the broker's acknowledgement."""
         future: asyncio.Future[object] = await self._producer.send(
-            topic, value, key=key.encode() if key else None, headers=carried
+            topic, value, key=key.encode() if key else None, headers=headers or []
         )
         return future
 

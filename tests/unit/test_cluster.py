@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from shared.core.cluster import distinct_states, first_free_gpus
+from shared.core.cluster import DEDUP_MIN_NODES, distinct_states, first_free_gpus
 from tests.unit.builders import cluster, node, task
 
 
@@ -70,21 +70,28 @@ def test_names_must_be_unique() -> None:
 
 
 def test_nodes_share_a_representative_only_when_state_and_model_agree() -> None:
+    same = [node(f"a{i}", gpus=4) for i in range(DEDUP_MIN_NODES)]  # all alike while empty
     c = cluster(
-        node("a", gpus=4),
-        node("b", gpus=4),  # same as a while both are empty
-        node("c", gpus=8),  # a different size: never the same as a, even empty
-        node("d", gpus=4, model="T4"),  # same size as a, other model
+        *same,
+        node("c", gpus=8),  # a different size: never the same as the a's, even empty
+        node("d", gpus=4, model="T4"),  # the a's size, another model
         node("e", gpus=4),
     )
-    c.place(4, task(gpus=1, milli=500), (0,))  # e is no longer empty
-    nodes = np.arange(5)
+    n = DEDUP_MIN_NODES
+    c.place(n + 2, task(gpus=1, milli=500), (0,))  # e is no longer empty
+    nodes = np.arange(c.size)
     reps, which = distinct_states(c, nodes)
-    assert reps.tolist() == [0, 2, 3, 4]
-    assert reps[which].tolist() == [0, 0, 2, 3, 4]
-    c.place(0, task(gpus=1, milli=500), (0,))  # now a is in e's state
+    assert reps.tolist() == [0, n, n + 1, n + 2]
+    assert reps[which].tolist() == [0] * n + [n, n + 1, n + 2]
+    c.place(0, task(gpus=1, milli=500), (0,))  # now a0 is in e's state
     reps, which = distinct_states(c, nodes)
-    assert reps[which].tolist() == [0, 1, 2, 3, 0]
+    assert reps[which].tolist() == [0] + [1] * (n - 1) + [n, n + 1, 0]
+
+
+def test_a_few_nodes_are_returned_as_they_are() -> None:
+    c = cluster(node("a"), node("b"), node("c"))
+    reps, which = distinct_states(c, np.array([0, 2]))
+    assert reps.tolist() == [0, 2] and which.tolist() == [0, 1]
 
 
 def test_fresh_nodes_of_different_sizes_have_different_versions() -> None:
