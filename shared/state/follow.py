@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer
@@ -19,6 +20,8 @@ from shared.bus.fetch import fetch_options
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot, to_snapshot
+
+log = logging.getLogger("tessera.state")
 
 
 def decode_envelope(raw: bytes) -> RecordedEvent:
@@ -38,7 +41,11 @@ async def restore(store: EventStore, rotation: int = 0) -> ClusterView:
     """The view from the latest snapshot (if any) plus the log's tail after it."""
     found = await store.load_snapshot(SNAPSHOT_NAME)
     view = from_snapshot(found[1], rotation) if found is not None else ClusterView(rotation)
-    await catch_up(view, store)
+    tail = await catch_up(view, store)
+    if found is not None:
+        log.info("restored from a snapshot at position %d plus %d events", found[0], tail)
+    else:
+        log.info("restored from the log: %d events", tail)
     return view
 
 

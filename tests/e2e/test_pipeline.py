@@ -20,8 +20,9 @@ from loadtests.live_stack import LiveStack, log_of
 from schemas import JobSpec
 from shared.cli import stack
 from shared.eventstore.port import RecordedEvent
+from shared.eventstore.postgres import PostgresEventStore
 from shared.sim.trace import load_pods
-from shared.state.fold import TERMINAL, ClusterView, digest
+from shared.state.fold import SNAPSHOT_NAME, TERMINAL, ClusterView, digest
 from tests.conftest import create_database, drop_database
 
 pytestmark = pytest.mark.integration
@@ -174,10 +175,19 @@ async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_no
 ) -> None:
     nodes = str(TRACES / "openb_node_list_gpu_node.csv")
     agent = ["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
+    live.env["TESSERA_SNAPSHOT_EVERY"] = "200"  # so the restarted services start from a snapshot
     await live.standard(workers=2, agent=agent)
     specs = trace_specs(300, speedup=500, tag="kill")
     await stack.submit(specs, live.settings)
-    await asyncio.sleep(1.5)
+    store = await PostgresEventStore.connect(live.settings.database_url, max_size=1)
+    try:
+        for _ in range(150):  # a worker checks every 5 s
+            if await store.snapshot_position(SNAPSHOT_NAME) > 0:
+                break
+            await asyncio.sleep(0.1)
+        assert await store.snapshot_position(SNAPSHOT_NAME) > 0, "no snapshot was written"
+    finally:
+        await store.close()
     await live.kill("placement-1")
     await live.kill("agent")
     await asyncio.sleep(1.0)
@@ -185,6 +195,8 @@ async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_no
     await live.start(
         "placement-1", "-m", "services.placement.app", "--name", "w1", "--shard", "0/2", ready="placement-w1"
     )
+    for restarted in ("agent", "placement-1"):
+        assert "restored from a snapshot at position" in (live.folder / f"{restarted}.log").read_text()
     states = await live.wait_terminal([s.id for s in specs], timeout=240)
     terminal = collections.Counter(states.values())
     assert set(terminal) <= TERMINAL and sum(terminal.values()) == len(specs), terminal
