@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from schemas.commands import CancelJob, SubmitJob
 from schemas.job import JobSpec
-from services.admission.handlers import QueueRights, admit, cancel
+from services.admission.handlers import NeverFits, QueueRights, admit, cancel
 from shared.eventstore import ConcurrencyError, EventStore, NewEvent
 from shared.state.fold import ClusterView, job_state
 from shared.state.wire import job_stream
@@ -48,6 +48,7 @@ class Admission:
         self.store = store
         self.queues = queues
         self.nodes = NodeInventories()
+        self.never_fits = NeverFits()
 
     async def decide(self, commands: Sequence[object]) -> list[str]:
         """Decide and append every command of one poll batch; one verdict per command, in order."""
@@ -79,7 +80,9 @@ class Admission:
             verdicts: list[str] = []
             for command in commands:
                 spec = command.spec
-                outcome = admit(self.nodes.view.cluster, self.queues, spec, admitted.get(spec.id))
+                outcome = admit(
+                    self.nodes.view.cluster, self.queues, spec, admitted.get(spec.id), self.never_fits
+                )
                 if outcome.verdict == "admitted":
                     admitted[spec.id] = spec  # a twin later in the same batch is a duplicate of this
                 events += outcome.events

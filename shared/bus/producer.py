@@ -71,22 +71,36 @@ class BusProducer:
         return future
 
     async def send_many(
-        self,
-        topic: str,
-        messages: Sequence[tuple[str | None, bytes, tracing.Headers]],
-        partition: int | None = None,
+        self, topic: str, messages: Sequence[tuple[str | None, bytes, tracing.Headers]]
     ) -> None:
-        """Send in order and wait for every acknowledgement (one batch, one round trip).
-
-        ``partition`` sends everything to that partition, skipping the key hash (a single-partition
-        topic such as the event log gains nothing from hashing thousands of keys a second).
-        """
+        """Send in order and wait for every acknowledgement (one batch, one round trip)."""
         futures = [
-            await self._producer.send(
-                topic, value, key=key.encode() if key else None, headers=headers, partition=partition
-            )
+            await self._producer.send(topic, value, key=key.encode() if key else None, headers=headers)
             for key, value, headers in messages
         ]
+        await await_acks(futures)
+
+    async def send_batched(
+        self, topic: str, partition: int, messages: Sequence[tuple[str | None, bytes, tracing.Headers]]
+    ) -> None:
+        """Send in order to one partition as whole record batches and wait for every acknowledgement.
+
+        The same records as :meth:`send_many`, but the client's per-message work (a coroutine and a
+        future per record) is done once per batch: for the relay, which publishes every event of
+        the log, that was most of its CPU.  Order and the idempotent producer's guarantees hold:
+        batches of one partition are sequenced like single messages.
+        """
+        futures: list[asyncio.Future[object]] = []
+        batch = self._producer.create_batch()
+        for key, value, headers in messages:
+            encoded = key.encode() if key else None
+            if batch.append(key=encoded, value=value, timestamp=None, headers=headers) is None:
+                futures.append(await self._producer.send_batch(batch, topic, partition=partition))
+                batch = self._producer.create_batch()
+                if batch.append(key=encoded, value=value, timestamp=None, headers=headers) is None:
+                    raise ValueError(f"a message of {len(value)} bytes does not fit in a batch")
+        if batch.record_count():
+            futures.append(await self._producer.send_batch(batch, topic, partition=partition))
         await await_acks(futures)
 
 

@@ -65,9 +65,8 @@ class Relay:
         self.published = 0
 
     async def publish(self, events: Sequence[Envelope]) -> None:
-        await self.producer.send_many(
-            self.topic, [(e.stream, e.body, headers_of(e)) for e in events], partition=0
-        )
+        # The log topic has one partition (its total order): whole record batches, no key hashing.
+        await self.producer.send_batched(self.topic, 0, [(e.stream, e.body, headers_of(e)) for e in events])
         if self.work_topic:
             admitted = [e for e in events if e.type == "JobAdmitted"]
             work = [(e.stream.removeprefix("job-"), e.body, headers_of(e)) for e in admitted]

@@ -107,3 +107,29 @@ async def test_committed_offsets_are_not_redelivered_and_uncommitted_ones_are(
         rest = await _take(second, 2)
     assert [d.value.spec.id for d in taken] == ["job-0", "job-1"]  # type: ignore[union-attr]
     assert [d.value.spec.id for d in rest] == ["job-2", "job-3"]  # type: ignore[union-attr]
+
+
+async def test_batched_sends_arrive_complete_in_order_with_keys_and_headers(
+    kafka_bootstrap: str, unique: str
+) -> None:
+    topic = f"it.log.{unique}"
+    await ensure_topics(kafka_bootstrap, extra={topic: 1})
+    # 2,500 records of 1 KiB: more than one 1 MiB record batch, so batches must be chained in order.
+    messages = [
+        (f"s{i % 7}", f"{i:08d}".encode() + b"x" * 1016, [("position", str(i).encode())]) for i in range(2500)
+    ]
+    async with BusProducer(kafka_bootstrap) as producer:
+        await producer.send_batched(topic, 0, messages)
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    got: list[ConsumerRecord[bytes, bytes]] = []
+    try:
+        while len(got) < len(messages):
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+            for records in batch.values():
+                got += records
+    finally:
+        await consumer.stop()
+    assert [int((r.value or b"")[:8]) for r in got] == list(range(2500))
+    assert [r.key for r in got[:8]] == [f"s{i % 7}".encode() for i in range(8)]
+    assert dict(got[1234].headers) == {"position": b"1234"}

@@ -129,3 +129,15 @@ async def test_losing_a_race_decides_again_against_what_the_winner_wrote() -> No
     ]
     admitted = await store.read_stream("job-j1")
     assert admitted[0].data["spec"]["resources"]["cpu"] == "5000m"  # the winner's, untouched
+
+
+async def test_a_shape_impossible_until_a_bigger_node_registers_is_admitted_after() -> None:
+    store = InMemoryEventStore()
+    await with_nodes(store)  # one GPU
+    admission = Admission(store, QUEUES)
+    assert await admission.decide([SubmitJob(spec=spec("two", gpus=2))]) == ["rejected"]
+    gpus = [GpuDevice(index=i, model="T4") for i in range(4)]
+    event = NodeRegistered(inventory=NodeInventory(name="big", cpu="8", memory="16Gi", gpus=gpus))
+    data = event.model_dump(mode="json", by_alias=True)
+    await store.append([NewEvent("node-big", event.type, data)], {"node-big": 0})
+    assert await admission.decide([SubmitJob(spec=spec("two-again", gpus=2))]) == ["admitted"]
