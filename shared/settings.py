@@ -11,9 +11,13 @@ TESSERA_RELAY_BATCH        500                                    events per rel
 TESSERA_RELAY_POLL_S       0.2                                    relay poll when no NOTIFY arrives
 TESSERA_DB_POOL_MAX        10                                     asyncpg pool size per process
 TESSERA_TOPIC_PREFIX       tessera                                topic and consumer-group prefix
-TESSERA_FETCH_WAIT_MS      5                                      consumers: wait up to this long
-                                                                  for 64 KiB before a fetch returns
-                                                                  (0: return at the first record)
+TESSERA_GATHER_MS          5                                      consumers: after a poll that
+                                                                  brought records, wait this long
+                                                                  before the next (0: never)
+TESSERA_GC_SWEEP_S         600                                    services: full garbage collections
+                                                                  skip state frozen since the last
+                                                                  one; everything is revisited this
+                                                                  often (shared/service.py)
 TESSERA_SNAPSHOT_EVERY     50000                                  placement: save a snapshot of the
                                                                   folded view once the newest one is
                                                                   this many events old
@@ -45,7 +49,8 @@ class Settings(BaseSettings):
     db_pool_max: int = Field(10, ge=1)
     topic_prefix: str = Field("tessera", pattern=r"^[A-Za-z0-9._-]+$")
     snapshot_every: int = Field(50_000, ge=100)
-    fetch_wait_ms: int = Field(5, ge=0, le=500)
+    gather_ms: int = Field(5, ge=0, le=500)
+    gc_sweep_s: float = Field(600.0, gt=0)
 
     @property
     def topics(self) -> TopicNames:

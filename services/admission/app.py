@@ -47,7 +47,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
             CommandAdapter,
             producer,
             dead_letter_topic=names.deadletter,
-            fetch_wait_ms=settings.fetch_wait_ms,
+            gather_ms=settings.gather_ms,
         )
         await consumer.start()
         try:

@@ -118,7 +118,7 @@ class Agent:
         self.view = await restore(store)  # snapshot plus tail
         await self.register(store)
         await catch_up(self.view, store)
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.fetch_wait_ms)
+        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.gather_ms)
         follow = asyncio.create_task(follower.run(stop))
         mark_ready(self.ready_name)
         try:

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan, shard_mask
 from shared.bus import ensure_topics
-from shared.bus.fetch import fetch_options
+from shared.bus.gather import gather_pause
 from shared.core.cluster import BoolArray
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
@@ -161,7 +161,7 @@ class Worker:
         await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         store = await PostgresEventStore.connect(s.database_url, max_size=4)
         self.view = await restore(store, self.view.rotation)  # snapshot plus tail
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.fetch_wait_ms)
+        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.gather_ms)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,
             group_id=f"{s.topic_prefix}-placement",
@@ -170,7 +170,6 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=6000,
             heartbeat_interval_ms=1000,
-            **fetch_options(s.fetch_wait_ms),
         )
         self.work.consumer, self.work.view = consumer, self.view
         self.work.ready_name = f"placement-{self.name}"
@@ -199,6 +198,7 @@ class Worker:
                     self.work.add(tp, r.offset, r.key.decode() if r.key else "")
             if batch:
                 self._wake.set()
+            await gather_pause(bool(batch), self.settings.gather_ms)
 
     async def _place(
         self,

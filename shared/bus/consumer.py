@@ -24,7 +24,7 @@ from opentelemetry import context as otel_context
 from pydantic import TypeAdapter, ValidationError
 
 from shared.bus import tracing
-from shared.bus.fetch import fetch_options
+from shared.bus.gather import gather_pause
 from shared.bus.producer import BusProducer
 from shared.bus.topics import DEADLETTER
 
@@ -64,7 +64,7 @@ class BusConsumer(Generic[T]):
         client_id: str = "tessera",
         auto_offset_reset: str = "earliest",
         dead_letter_topic: str = DEADLETTER,
-        fetch_wait_ms: int = 0,
+        gather_ms: int = 0,
     ) -> None:
         self._topics = topics
         self._dead_letter_topic = dead_letter_topic
@@ -72,6 +72,7 @@ class BusConsumer(Generic[T]):
         self._dead_letters = dead_letters
         self._processed: dict[TopicPartition, int] = {}
         self.dead_lettered = 0
+        self._gather_ms = gather_ms
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             group_id=group_id,
@@ -79,7 +80,6 @@ class BusConsumer(Generic[T]):
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
             max_poll_records=500,
-            **fetch_options(fetch_wait_ms),
         )
 
     async def start(self) -> None:
@@ -137,6 +137,7 @@ class BusConsumer(Generic[T]):
             if polled and not batch:
                 await self.commit()  # only dead letters: record the progress anyway
             yield batch
+            await gather_pause(bool(polled), self._gather_ms)
 
     async def _decode(self, record: ConsumerRecord[bytes, bytes]) -> Delivery[T] | None:
         try:

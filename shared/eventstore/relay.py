@@ -5,10 +5,12 @@ the placement workers share as a consumer group; being derived from the log, no 
 miss its work item.
 
 It reads ``position > cursor`` (safe because appends commit in position order, see
-``postgres.py``), sends the batch and waits for the broker's acknowledgement, then records the
-cursor in the ``tracking`` table.  A crash between the send and the record republishes that batch
-on restart: duplicates, never gaps.  Consumers drop an event whose position they have already
-folded.  It wakes on ``NOTIFY tessera_events`` and polls as a fallback.
+``postgres.py``), sends the batch and waits for the broker's acknowledgement, and records the
+cursor in the ``tracking`` table at most once a second (and whenever it falls idle).  A crash
+republishes what came after the recorded cursor on restart: duplicates, never gaps.  Consumers
+drop an event whose position they have already folded.  It wakes on ``NOTIFY tessera_events``
+and polls as a fallback.  While busy it pauses ``TESSERA_GATHER_MS`` after each publish, so one
+read and one produce carry the appends of several writers.
 
 Run it as a process: ``python -m shared.eventstore.relay``.
 """
@@ -16,11 +18,13 @@ Run it as a process: ``python -m shared.eventstore.relay``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import asyncpg
 
 from shared.bus import tracing
+from shared.bus.gather import gather_pause
 from shared.bus.producer import BusProducer
 from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
 from shared.eventstore.postgres import NOTIFY_CHANNEL, Envelope, PostgresEventStore
@@ -54,6 +58,8 @@ class Relay:
         topic: str = EVENTS,
         name: str = RELAY_CONSUMER,
         work_topic: str | None = PLACEMENT,
+        gather_ms: int = 0,
+        track_s: float = 1.0,
     ) -> None:
         self.store = store
         self.topic = topic
@@ -63,15 +69,19 @@ class Relay:
         self.batch = batch
         self.poll_s = poll_s
         self.published = 0
+        self.gather_ms = gather_ms
+        self.track_s = track_s
 
     async def publish(self, events: Sequence[Envelope]) -> None:
         # The log topic has one partition (its total order): whole record batches, no key hashing.
-        await self.producer.send_batched(self.topic, 0, [(e.stream, e.body, headers_of(e)) for e in events])
+        log = [(e.stream, e.body, headers_of(e)) for e in events]
+        sends = [self.producer.send_batched(self.topic, 0, log)]
         if self.work_topic:
             admitted = [e for e in events if e.type == "JobAdmitted"]
             work = [(e.stream.removeprefix("job-"), e.body, headers_of(e)) for e in admitted]
-            if work:
-                await self.producer.send_many(self.work_topic, work)
+            if work:  # in parallel: a worker holds a work item until its job is folded from the log
+                sends.append(self.producer.send_many(self.work_topic, work))
+        await asyncio.gather(*sends)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set, riding out PostgreSQL restarts with a capped backoff."""
@@ -94,7 +104,8 @@ class Relay:
         wake = asyncio.Event()
         listener: asyncpg.Connection = await asyncpg.connect(self.store.dsn)
         await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
-        cursor = await self.store.tracked_position(self.name)
+        cursor = tracked = await self.store.tracked_position(self.name)
+        tracked_at = time.monotonic()
         mark_ready("relay")
         try:
             while not stop.is_set():
@@ -102,9 +113,17 @@ class Relay:
                 if events:
                     await self.publish(events)
                     cursor = events[-1].position
-                    await self.store.track(self.name, cursor)
                     self.published += len(events)
+                    # Progress is recorded at most every track_s (a commit each): a crash republishes
+                    # what came after it, and consumers drop positions they have folded.
+                    if time.monotonic() - tracked_at >= self.track_s:
+                        await self.store.track(self.name, cursor)
+                        tracked, tracked_at = cursor, time.monotonic()
+                    await gather_pause(True, self.gather_ms)  # let more appends land: one read for them
                     continue
+                if tracked != cursor:  # idle: record where we are
+                    await self.store.track(self.name, cursor)
+                    tracked, tracked_at = cursor, time.monotonic()
                 wake.clear()
                 waiters = [asyncio.create_task(wake.wait()), asyncio.create_task(stop.wait())]
                 await asyncio.wait(waiters, timeout=self.poll_s, return_when=asyncio.FIRST_COMPLETED)
@@ -125,7 +144,14 @@ async def main(
     store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-relay") as producer:
         relay = Relay(
-            store, producer, settings.relay_batch, settings.relay_poll_s, topic, name, work_topic or None
+            store,
+            producer,
+            settings.relay_batch,
+            settings.relay_poll_s,
+            topic,
+            name,
+            work_topic or None,
+            gather_ms=settings.gather_ms,
         )
         try:
             await relay.run(stop)

@@ -16,7 +16,7 @@ from datetime import datetime
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
-from shared.bus.fetch import fetch_options
+from shared.bus.gather import gather_pause
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot, to_snapshot
@@ -66,9 +66,7 @@ async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> i
 class EventFollower:
     """Folds ``tessera.events`` into a view; ``changed`` is set after each batch that moved it."""
 
-    def __init__(
-        self, view: ClusterView, bootstrap: str, topic: str = EVENTS, fetch_wait_ms: int = 0
-    ) -> None:
+    def __init__(self, view: ClusterView, bootstrap: str, topic: str = EVENTS, gather_ms: int = 0) -> None:
         self.view = view
         self.changed = asyncio.Event()
         self._consumer = AIOKafkaConsumer(
@@ -77,8 +75,8 @@ class EventFollower:
             group_id=None,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            **fetch_options(fetch_wait_ms),
         )
+        self._gather_ms = gather_ms
 
     async def run(self, stop: asyncio.Event) -> None:
         await self._consumer.start()
@@ -91,6 +89,7 @@ class EventFollower:
                         moved += self._fold(record)
                 if moved:
                     self.changed.set()
+                await gather_pause(bool(batch), self._gather_ms)
         finally:
             await self._consumer.stop()
 
