@@ -225,16 +225,13 @@ class Agent:
         else:
             end = JobFailed(job_id=job_id, node=node, task=task, exit_code=exit_code, reason=reason)
         data = end.model_dump(mode="json")
+        # Not on the node's stream: a release only adds room, so it must not move the node's
+        # version and fail a placement planned before it (the fold frees from the job's stream).
         events = [
             NewEvent(job_stream(job_id), end.type, data),
             NewEvent(task_stream(job_id, task), end.type, data),
-            NewEvent(node_stream(node), end.type, data),  # moves the node's version: its resources changed
         ]
-        expected = {
-            job_stream(job_id): ANY_VERSION,
-            task_stream(job_id, task): 1,
-            node_stream(node): ANY_VERSION,
-        }
+        expected = {job_stream(job_id): ANY_VERSION, task_stream(job_id, task): 1}
         for _ in range(5):
             try:
                 await self.store.append(events, expected)
