@@ -20,6 +20,7 @@ import logging
 import os
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,30 +58,36 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
     """Job ids this worker owns, by partition, with the offsets to commit once they are done."""
 
     def __init__(self) -> None:
-        self.items: dict[TopicPartition, list[tuple[int, str]]] = {}
+        # per partition: (offset, job id, log position of its JobAdmitted, 0 when not known)
+        self.items: dict[TopicPartition, list[tuple[int, str, int]]] = {}
         self.consumer: AIOKafkaConsumer | None = None
         self.view: ClusterView | None = None
         self.ready_name = ""
 
-    def add(self, tp: TopicPartition, offset: int, job_id: str) -> None:
-        self.items.setdefault(tp, []).append((offset, job_id))
+    def add(self, tp: TopicPartition, offset: int, job_id: str, position: int = 0) -> None:
+        self.items.setdefault(tp, []).append((offset, job_id, position))
 
     def owned(self) -> set[str]:
-        return {job for items in self.items.values() for _, job in items}
+        return {job for items in self.items.values() for _, job, _ in items}
 
     def done_offsets(self, view: ClusterView) -> dict[TopicPartition, int]:
         """Per partition: the offset after the longest prefix of items whose job left 'pending'.
 
         A job the view has not folded yet is not done: the work item (from the placement topic)
         can arrive before its ``JobAdmitted`` (from the event topic); committing it then would
-        lose the job for this worker and for the group.
+        lose the job for this worker and for the group.  Unless the view is already past the
+        item's ``JobAdmitted`` position: then the job is not in this log (an item left on a reused
+        topic by another database) and waiting for it would hold the partition's offset forever.
         """
         offsets: dict[TopicPartition, int] = {}
         for tp, items in self.items.items():
             keep = 0
             while keep < len(items):
-                job = view.jobs.get(items[keep][1])
-                if job is None or job.state == "pending":
+                _, job_id, position = items[keep]
+                job = view.jobs.get(job_id)
+                if job is None and (position == 0 or view.position < position):
+                    break  # not folded yet
+                if job is not None and job.state == "pending":
                     break
                 keep += 1
             if keep:
@@ -99,6 +106,14 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if self.ready_name:
             mark_ready(self.ready_name)
+
+
+def _position(headers: Sequence[tuple[str, bytes]]) -> int:
+    """The log position the relay put in a work item's headers (0 when absent)."""
+    for key, value in headers:
+        if key == "position":
+            return int(value)
+    return 0
 
 
 class Worker:
@@ -195,7 +210,7 @@ class Worker:
             batch = await consumer.getmany(timeout_ms=200, max_records=1000)
             for tp, records in batch.items():
                 for r in records:
-                    self.work.add(tp, r.offset, r.key.decode() if r.key else "")
+                    self.work.add(tp, r.offset, r.key.decode() if r.key else "", _position(r.headers))
             if batch:
                 self._wake.set()
             await gather_pause(bool(batch), self.settings.gather_ms)
