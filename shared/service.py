@@ -37,6 +37,9 @@ class GcPolicy:
         self._log = logging.getLogger("tessera.gc")
 
     def install(self) -> None:
+        """Freeze what start-up made (modules, the libraries' state) and watch every collection."""
+        gc.collect()
+        gc.freeze()
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
