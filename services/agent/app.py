@@ -117,8 +117,16 @@ class Agent:
         self.store = store = await PostgresEventStore.connect(s.database_url, max_size=6)
         self.view = await restore(store)  # snapshot plus tail
         await self.register(store)
+        caught_up_at = time.time()
         await catch_up(self.view, store)
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.gather_ms)
+        follower = EventFollower(
+            self.view,
+            s.kafka_bootstrap_servers,
+            s.topics.events,
+            s.gather_ms,
+            await store.log_id(),
+            start_at=caught_up_at,
+        )
         follow = asyncio.create_task(follower.run(stop))
         mark_ready(self.ready_name)
         try:

@@ -39,7 +39,7 @@ from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest
-from shared.state.follow import EventFollower, catch_up, restore, save_snapshot
+from shared.state.follow import EventFollower, catch_up, restore, same_log, save_snapshot
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.placement")
@@ -85,8 +85,8 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
             while keep < len(items):
                 _, job_id, position = items[keep]
                 job = view.jobs.get(job_id)
-                if job is None and (position == 0 or view.position < position):
-                    break  # not folded yet
+                if job is None and position >= 0 and (position == 0 or view.position < position):
+                    break  # not folded yet (position -1: another log's item, never ours)
                 if job is not None and job.state == "pending":
                     break
                 keep += 1
@@ -175,8 +175,16 @@ class Worker:
         s = self.settings
         await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
         store = await PostgresEventStore.connect(s.database_url, max_size=4)
+        restored_at = time.time()
         self.view = await restore(store, self.view.rotation)  # snapshot plus tail
-        follower = EventFollower(self.view, s.kafka_bootstrap_servers, s.topics.events, s.gather_ms)
+        follower = EventFollower(
+            self.view,
+            s.kafka_bootstrap_servers,
+            s.topics.events,
+            s.gather_ms,
+            await store.log_id(),
+            start_at=restored_at,
+        )
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,
             group_id=f"{s.topic_prefix}-placement",
@@ -192,7 +200,7 @@ class Worker:
         await consumer.start()
         tasks = [
             asyncio.create_task(follower.run(stop)),
-            asyncio.create_task(self._take_work(consumer, stop)),
+            asyncio.create_task(self._take_work(consumer, follower.log_id, stop)),
             asyncio.create_task(self._write_stats(stop)),
             asyncio.create_task(self._snapshots(store, stop)),
         ]
@@ -205,12 +213,15 @@ class Worker:
             await store.close()
             self._dump_stats(final=True)
 
-    async def _take_work(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
+    async def _take_work(self, consumer: AIOKafkaConsumer, log_id: str, stop: asyncio.Event) -> None:
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200, max_records=1000)
             for tp, records in batch.items():
                 for r in records:
-                    self.work.add(tp, r.offset, r.key.decode() if r.key else "", _position(r.headers))
+                    if same_log(dict(r.headers), log_id):
+                        self.work.add(tp, r.offset, r.key.decode() if r.key else "", _position(r.headers))
+                    else:  # another log's work item: nothing to place, nothing to hold back
+                        self.work.add(tp, r.offset, "", -1)
             if batch:
                 self._wake.set()
             await gather_pause(bool(batch), self.settings.gather_ms)

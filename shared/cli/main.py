@@ -288,6 +288,7 @@ def demo(
     run_tag = time.strftime("%H%M%S")
     specs = [stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{run_tag}"}) for p in pods]
     sent: dict[str, float] = {}
+    start = asyncio.run(stack.log_head())
     with Progress(console=console) as progress:
         task = progress.add_task("submitting through Kafka", total=len(specs))
         for start in range(0, len(specs), 100):
@@ -313,8 +314,10 @@ def demo(
     n_rejected = sum(1 for s in specs if s.id in rejected)
     console.print(f"jobs submitted {len(specs)}, admitted {len(mine)}, rejected {n_rejected}")
     console.print("states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    peak, _ = asyncio.run(stack.peak_allocation(since=start))
     console.print(
-        f"GPU allocation now {alloc:.1f}% of {cluster.total_gpu_milli // 1000 if cluster else 0} GPUs"
+        f"GPU allocation peaked at {peak:.1f}% during the run, now {alloc:.1f}%, "
+        f"of {cluster.total_gpu_milli // 1000 if cluster else 0} GPUs"
     )
     if latency.size:
         console.print(

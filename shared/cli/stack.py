@@ -173,8 +173,18 @@ async def submit(specs: Sequence[JobSpec], settings: Settings | None = None) -> 
     return sent
 
 
-async def peak_allocation(settings: Settings | None = None) -> tuple[float, int]:
-    """Replay the log and return the highest GPU allocation % it reached and at which position."""
+async def log_head(settings: Settings | None = None) -> int:
+    """The event log's last position (where a run starts)."""
+    store = await PostgresEventStore.connect((settings or Settings()).database_url, max_size=1)
+    try:
+        return await store.last_position()
+    finally:
+        await store.close()
+
+
+async def peak_allocation(settings: Settings | None = None, since: int = 0) -> tuple[float, int]:
+    """Replay the log and return the highest GPU allocation % it reached after position ``since``
+    (the state is replayed from the start either way) and at which position."""
     settings = settings or Settings()
     store = await PostgresEventStore.connect(settings.database_url, max_size=2)
     try:
@@ -183,7 +193,12 @@ async def peak_allocation(settings: Settings | None = None) -> tuple[float, int]
             for e in events:
                 view.apply(e)
                 cluster = view.cluster
-                if e.type == "JobPlaced" and cluster is not None and cluster.total_gpu_milli:
+                if (
+                    e.position > since
+                    and e.type == "JobPlaced"
+                    and cluster is not None
+                    and cluster.total_gpu_milli
+                ):
                     used = 100 * cluster.used_gpu_milli() / cluster.total_gpu_milli
                     if used > best:
                         best, where = used, e.position

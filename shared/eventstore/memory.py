@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import uuid
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ class InMemoryEventStore(EventStore):
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
         self._tracking: dict[str, int] = {}
         self._lock = asyncio.Lock()
+        self._log_id = uuid.uuid4().hex
 
     async def append(
         self,
@@ -88,6 +90,9 @@ class InMemoryEventStore(EventStore):
     async def snapshot_position(self, name: str) -> int:
         found = self._snapshots.get(name)
         return found[0] if found else 0
+
+    async def log_id(self) -> str:
+        return self._log_id
 
     async def tracked_position(self, consumer: str) -> int:
         return self._tracking.get(consumer, 0)

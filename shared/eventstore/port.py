@@ -104,6 +104,10 @@ class EventStore(abc.ABC):
         """The position of the latest snapshot under ``name`` (0 if none), without loading it."""
 
     @abc.abstractmethod
+    async def log_id(self) -> str:
+        """This log's identity: drawn once when the store is created, never changed."""
+
+    @abc.abstractmethod
     async def tracked_position(self, consumer: str) -> int:
         """Where ``consumer`` last recorded its progress (0 if never)."""
 

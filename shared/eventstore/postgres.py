@@ -249,6 +249,10 @@ class PostgresEventStore(EventStore):
             value = await con.fetchval("SELECT position FROM snapshots WHERE name = $1", name)
         return int(value) if value is not None else 0
 
+    async def log_id(self) -> str:
+        async with self.pool.acquire() as con:
+            return str(await con.fetchval("SELECT id FROM log_identity"))
+
     async def tracked_position(self, consumer: str) -> int:
         async with self.pool.acquire() as con:
             value = await con.fetchval("SELECT position FROM tracking WHERE consumer = $1", consumer)

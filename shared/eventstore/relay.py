@@ -35,14 +35,17 @@ from shared.state.readiness import mark_ready
 RELAY_CONSUMER = "relay:tessera.events"
 
 
-def headers_of(event: Envelope) -> tracing.Headers:
+def headers_of(event: Envelope, log_id: str = "") -> tracing.Headers:
     """Position, type and version ride in the headers (and the stream in the key), so a consumer
-    can skip an event, or note only its stream's version, without decoding its body."""
+    can skip an event, or note only its stream's version, without decoding its body; ``log`` names
+    the event log they come from (see ``migrations/003_log_identity.sql``)."""
     headers: tracing.Headers = [
         ("position", str(event.position).encode()),
         ("type", event.type.encode()),
         ("version", str(event.version).encode()),
     ]
+    if log_id:
+        headers.append(("log", log_id.encode()))
     if event.traceparent is not None:
         headers.append(("traceparent", event.traceparent.encode()))
     return headers
@@ -69,16 +72,17 @@ class Relay:
         self.batch = batch
         self.poll_s = poll_s
         self.published = 0
+        self.log_id = ""
         self.gather_ms = gather_ms
         self.track_s = track_s
 
     async def publish(self, events: Sequence[Envelope]) -> None:
         # The log topic has one partition (its total order): whole record batches, no key hashing.
-        log = [(e.stream, e.body, headers_of(e)) for e in events]
+        log = [(e.stream, e.body, headers_of(e, self.log_id)) for e in events]
         sends = [self.producer.send_batched(self.topic, 0, log)]
         if self.work_topic:
             admitted = [e for e in events if e.type == "JobAdmitted"]
-            work = [(e.stream.removeprefix("job-"), e.body, headers_of(e)) for e in admitted]
+            work = [(e.stream.removeprefix("job-"), e.body, headers_of(e, self.log_id)) for e in admitted]
             if work:  # in parallel: a worker holds a work item until its job is folded from the log
                 sends.append(self.producer.send_many(self.work_topic, work))
         await asyncio.gather(*sends)
@@ -104,6 +108,7 @@ class Relay:
         wake = asyncio.Event()
         listener: asyncpg.Connection = await asyncpg.connect(self.store.dsn)
         await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
+        self.log_id = await self.store.log_id()
         cursor = tracked = await self.store.tracked_position(self.name)
         tracked_at = time.monotonic()
         mark_ready("relay")

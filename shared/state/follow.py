@@ -13,7 +13,7 @@ import json
 import logging
 from datetime import datetime
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from shared.bus.gather import gather_pause
@@ -63,28 +63,72 @@ async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> i
         folded += view.apply_all(events)
 
 
-class EventFollower:
-    """Folds ``tessera.events`` into a view; ``changed`` is set after each batch that moved it."""
+def same_log(headers: dict[str, bytes], log_id: str) -> bool:
+    """Whether a message comes from the event log ``log_id`` (no ``log_id``: accept all).
 
-    def __init__(self, view: ClusterView, bootstrap: str, topic: str = EVENTS, gather_ms: int = 0) -> None:
+    An unstamped message was published before logs had identities, by an older relay: anything
+    of this log that old is already in the view restored from the store, so it is not taken (the
+    relay, the log topic's only producer, starts first in ``tessera up``)."""
+    if not log_id:
+        return True
+    stamp = headers.get("log")
+    return stamp is not None and stamp.decode() == log_id
+
+
+class EventFollower:
+    """Folds ``tessera.events`` into a view; ``changed`` is set after each batch that moved it.
+
+    ``start_at`` (epoch seconds, taken just before the view's last catch-up from the store began)
+    says where in the topic to start: every event the view lacks was committed after that
+    moment, and the relay stamps a message when it publishes it, after the commit.  So the
+    follower seeks to the first message stamped at or after ``start_at - clock_skew_s`` instead of
+    reading the whole topic (a week of retention) on every start; the few older ones in the
+    margin are skipped by position.  Without ``start_at`` it reads from the beginning.
+    """
+
+    def __init__(
+        self,
+        view: ClusterView,
+        bootstrap: str,
+        topic: str = EVENTS,
+        gather_ms: int = 0,
+        log_id: str = "",
+        start_at: float | None = None,
+        clock_skew_s: float = 60.0,
+    ) -> None:
         self.view = view
+        self.log_id = log_id  # events stamped with another log's identity are not ours: skipped
+        self.foreign = 0
+        self.received = 0  # records taken from the topic (a restart should read few)
         self.changed = asyncio.Event()
+        self._topic = topic
         self._consumer = AIOKafkaConsumer(
-            topic,
             bootstrap_servers=bootstrap,
             group_id=None,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
         )
         self._gather_ms = gather_ms
+        self._start_at = None if start_at is None else start_at - clock_skew_s
+
+    async def _seek(self) -> None:
+        tp = TopicPartition(self._topic, 0)  # the log topic has one partition (shared/bus/topics.py)
+        self._consumer.assign([tp])
+        if self._start_at is None:
+            return
+        end = (await self._consumer.end_offsets([tp]))[tp]  # read first: nothing after it is skipped
+        found = (await self._consumer.offsets_for_times({tp: int(1000 * self._start_at)})).get(tp)
+        self._consumer.seek(tp, found.offset if found is not None else end)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self._consumer.start()
+        await self._seek()
         try:
             while not stop.is_set():
                 batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
                 moved = 0
                 for records in batch.values():
+                    self.received += len(records)
                     for record in records:
                         moved += self._fold(record)
                 if moved:
@@ -99,6 +143,15 @@ class EventFollower:
         if record.value is None:
             return False
         headers = dict(record.headers)
+        if not same_log(headers, self.log_id):
+            self.foreign += 1
+            if self.foreign == 1:
+                log.warning(
+                    "skipping events of another event log on %s (PostgreSQL reset while Kafka kept "
+                    "its topics?)",
+                    record.topic,
+                )
+            return False
         try:
             position = int(headers["position"])
             kind, version = headers["type"].decode(), int(headers["version"])

@@ -149,3 +149,9 @@ async def test_postgres_refuses_to_update_or_delete_events(fresh_database: str) 
             await con.close()
     finally:
         await store.close()
+
+
+async def test_a_log_has_one_identity(store: EventStore) -> None:
+    first = await store.log_id()
+    await store.append([ev("s")], {"s": NO_STREAM})
+    assert first and await store.log_id() == first

@@ -202,3 +202,33 @@ async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_no
     assert set(terminal) <= TERMINAL and sum(terminal.values()) == len(specs), terminal
     events = await log_of(live.settings.database_url)
     assert_exactly_once(events, [s.id for s in specs])
+
+
+async def test_a_fresh_database_on_kept_topics_ignores_the_old_logs_events(
+    live: LiveStack, database_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL reset, Kafka kept: positions restart at 1 while the topics still hold the old
+    log's events; followers must not take the new events for ones already folded."""
+    nodes = str(TRACES / "openb_node_list_gpu_node.csv")
+    agent = ["--mode", "simulated", "--nodes", nodes, "--limit", "50", "--speedup", "2000"]
+    await live.standard(workers=1, agent=agent)
+    first = trace_specs(100, speedup=2000, tag="old")
+    await stack.submit(first, live.settings)
+    assert set((await live.wait_terminal([s.id for s in first], timeout=120)).values()) == {"finished"}
+    await live.stop()
+
+    fresh = await create_database(database_url)
+    again = LiveStack(
+        live.settings.kafka_bootstrap_servers, fresh, live.settings.topic_prefix, tmp_path / "again"
+    )
+    (tmp_path / "again").mkdir()
+    try:
+        await again.standard(workers=1, agent=agent)
+        second = trace_specs(100, speedup=2000, tag="new")
+        await stack.submit(second, again.settings)
+        states = await again.wait_terminal([s.id for s in second], timeout=120)
+        assert collections.Counter(states.values()) == {"finished": len(second)}
+        assert "skipping events of another event log" in (tmp_path / "again" / "placement-1.log").read_text()
+    finally:
+        await again.stop()
+        await drop_database(database_url, fresh)

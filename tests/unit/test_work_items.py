@@ -11,6 +11,7 @@ from schemas.events import JobAdmitted, JobCancelled
 from services.placement.app import WorkItems
 from shared.eventstore.port import RecordedEvent
 from shared.state.fold import ClusterView
+from shared.state.follow import same_log
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TP = TopicPartition("tessera.placement", 0)
@@ -50,3 +51,10 @@ def test_an_item_whose_job_the_log_does_not_hold_is_done_once_the_view_is_past_i
     assert work.done_offsets(view) == {}  # position 2 not yet folded: it may still come
     view.apply_all([admitted(3, "b"), cancelled(4, "b")])
     assert work.done_offsets(view) == {TP: 2}  # past 2 and no such job: done; b left pending
+
+
+def test_messages_count_as_this_logs_only_with_its_stamp() -> None:
+    assert same_log({"log": b"a1"}, "a1")
+    assert not same_log({"log": b"b2"}, "a1")
+    assert not same_log({}, "a1")  # published before logs had identities
+    assert same_log({"log": b"b2"}, "") and same_log({}, "")  # a follower that knows no log takes all
