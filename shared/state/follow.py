@@ -163,17 +163,3 @@ class EventFollower:
         if not stream or (self.view.needs_body(stream, kind) and not self.view.is_ahead(position)):
             return self.view.apply(decode_envelope(record.value))
         return self.view.advance(position, stream, version)
-
-    async def wait_past(self, position: int, timeout: float) -> bool:
-        """Wait until the view has folded ``position`` (True) or ``timeout`` passes (False)."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while self.view.position < position:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return False
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except TimeoutError:
-                return False
-        return True
