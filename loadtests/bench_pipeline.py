@@ -64,36 +64,33 @@ FloatArray = npt.NDArray[np.float64]
 TRACES = Path(__file__).resolve().parent / "traces" / "alibaba-gpu-v2023"
 
 
-async def produce(live: LiveStack, specs: list[JobSpec], rate: float | None) -> dict[str, float]:
+async def produce(
+    producer: BusProducer, topic: str, specs: list[JobSpec], rate: float | None
+) -> dict[str, float]:
     """Produce ``SubmitJob`` messages at ``rate`` per second (all at once when None); send times.
 
     The generator shares the two cores with the stack it measures, so it does as little as it
     can while the clock runs: every message is encoded first, and the messages due are sent
-    every 5 ms tick (one wake-up per tick, not per message), each stamped when it is sent.
+    every 5 ms tick (one wake-up per tick, not per message), each stamped when it is sent.  The
+    producer stays open across phases, as a real client's would (a new one makes its first
+    messages wait for the client to start).
     """
     from schemas import SubmitJob
 
-    s = live.settings
-    await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
     messages = [(spec.id, SubmitJob(spec=spec).model_dump_json(by_alias=True).encode()) for spec in specs]
     sent: dict[str, float] = {}
     acks = []
-    async with BusProducer(s.kafka_bootstrap_servers, client_id="bench") as producer:
-        begin, done = time.perf_counter(), 0
-        while done < len(messages):
-            due = (
-                len(messages)
-                if not rate
-                else min(len(messages), int((time.perf_counter() - begin) * rate) + 1)
-            )
-            now = time.time()
-            for key, value in messages[done:due]:
-                sent[key] = now
-                acks.append(await producer.enqueue(s.topics.submissions, value, key))
-            done = due
-            if done < len(messages):
-                await asyncio.sleep(0.005)
-        await await_acks(acks)
+    begin, done = time.perf_counter(), 0
+    while done < len(messages):
+        due = len(messages) if not rate else min(len(messages), int((time.perf_counter() - begin) * rate) + 1)
+        now = time.time()
+        for key, value in messages[done:due]:
+            sent[key] = now
+            acks.append(await producer.enqueue(topic, value, key))
+        done = due
+        if done < len(messages):
+            await asyncio.sleep(0.005)
+    await await_acks(acks)
     return sent
 
 
@@ -177,10 +174,16 @@ class Phase:
 
 
 async def measure(
-    name: str, live: LiveStack, watcher: LogWatcher, meter: CpuMeter, specs: list[JobSpec], rate: float | None
+    name: str,
+    live: LiveStack,
+    producer: BusProducer,
+    watcher: LogWatcher,
+    meter: CpuMeter,
+    specs: list[JobSpec],
+    rate: float | None,
 ) -> Phase:
     before = meter.read()
-    sent = await produce(live, specs, rate)
+    sent = await produce(producer, live.settings.topics.submissions, specs, rate)
     placed = dict(await watcher.wait_placed(set(sent), 180))
     # CPU up to the last new placement, not through the final wait for stragglers.
     after = watcher.progress_cpu or meter.read()
@@ -215,15 +218,22 @@ async def run(workers: int, loads: list[Load], console: Console, out: Path | Non
             )
         meter = CpuMeter({**live.pids(), "benchmark": os.getpid()})
         watcher = LogWatcher(database, meter)
+        s = live.settings
+        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
+        producer = BusProducer(s.kafka_bootstrap_servers, client_id="bench")
+        await producer.start()
         try:
             start = 0
             for load in loads:
                 what = f"{load.rate:.0f} jobs/s" if load.rate else "all at once"
                 with console.status(f"{workers} worker(s), {load.name}: {load.jobs} jobs, {what}"):
                     batch = specs[start : start + load.jobs]
-                    phases[load.name] = await measure(load.name, live, watcher, meter, batch, load.rate)
+                    phases[load.name] = await measure(
+                        load.name, live, producer, watcher, meter, batch, load.rate
+                    )
                 start += load.jobs
         finally:
+            await producer.stop()
             await watcher.close()
         stats = live.stats()
     finally:
