@@ -35,11 +35,11 @@ from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.eventstore import ConcurrencyError
-from shared.eventstore.postgres import PostgresEventStore
+from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
-from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest
-from shared.state.follow import EventFollower, catch_up, restore, same_log, save_snapshot
+from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
+from shared.state.follow import EventFollower, catch_up, restore, same_log
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.placement")
@@ -300,11 +300,22 @@ class Worker:
             await asyncio.sleep(5.0)
             if self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
                 continue
-            if self.view.folded_ahead:
-                continue  # own placements not yet back from the log: the view is not a log prefix
-            t0 = time.perf_counter()
-            await save_snapshot(self.view, store)
-            log.info("snapshot at %d took %.0f ms", self.view.position, 1000 * (time.perf_counter() - t0))
+            async with store.exclusive(SNAPSHOT_LOCK) as mine:
+                # Look again under the lock: another worker may have saved one meanwhile.
+                if not mine or self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
+                    continue
+                if self.view.folded_ahead:
+                    continue  # own placements not yet back from the log: the view is not a log prefix
+                t0 = time.perf_counter()
+                body = to_snapshot(self.view)  # in the loop: the view must not move while it is read
+                t1 = time.perf_counter()
+                await store.save_snapshot(SNAPSHOT_NAME, int(body["position"]), body)
+                log.info(
+                    "snapshot at %d: %.0f ms reading the view, %.0f ms encoding and saving (off the loop)",
+                    body["position"],
+                    1000 * (t1 - t0),
+                    1000 * (time.perf_counter() - t1),
+                )
 
     async def _write_stats(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -265,6 +265,9 @@ def demo(
         float, typer.Option(help="seconds to wait for placements after the last submission")
     ] = 60.0,
     keep: Annotated[bool, typer.Option(help="leave the services running afterwards")] = False,
+    rate: Annotated[
+        float, typer.Option(help="jobs produced per second (0: as fast as Kafka acknowledges them)")
+    ] = 200.0,
 ) -> None:
     """The main job: bring the stack up on simulated openb nodes, replay the trace through Kafka, report."""
     import asyncio
@@ -287,13 +290,13 @@ def demo(
     pods = sorted(load_pods(DEFAULT_PODS), key=lambda p: (p.creation_time, p.name))[:jobs]
     run_tag = time.strftime("%H%M%S")
     specs = [stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{run_tag}"}) for p in pods]
-    sent: dict[str, float] = {}
     start = asyncio.run(stack.log_head())
     with Progress(console=console) as progress:
-        task = progress.add_task("submitting through Kafka", total=len(specs))
-        for start in range(0, len(specs), 100):
-            sent.update(asyncio.run(stack.submit(specs[start : start + 100])))
-            progress.advance(task, min(100, len(specs) - start))
+        pace = f" at {rate:.0f} jobs/s" if rate > 0 else ""
+        task = progress.add_task(f"submitting through Kafka{pace}", total=len(specs))
+        sent = asyncio.run(
+            stack.submit(specs, rate=rate or None, on_sent=lambda n: progress.advance(task, n))
+        )
         task2 = progress.add_task("waiting for placements", total=len(specs))
         deadline = time.time() + settle
         while time.time() < deadline:

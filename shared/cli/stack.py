@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import yaml
@@ -49,6 +49,8 @@ def service_commands(
             "--policy",
             policy,
         ]
+        if workers > 1:  # each prefers its own share of the nodes: without it they race for the same ones
+            commands[f"placement-{i}"] += ["--shard", f"{i - 1}/{workers}"]
     if agent == "simulated":
         assert nodes is not None
         argv = [
@@ -161,15 +163,26 @@ def spec_from_trace(
     return JobSpec.model_validate(body)
 
 
-async def submit(specs: Sequence[JobSpec], settings: Settings | None = None) -> dict[str, float]:
-    """Produce ``SubmitJob`` for each spec; returns the send time of each job id."""
+async def submit(
+    specs: Sequence[JobSpec],
+    settings: Settings | None = None,
+    rate: float | None = None,
+    on_sent: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Produce ``SubmitJob`` for each spec, ``rate`` per second (None: as fast as the broker
+    acknowledges them), calling ``on_sent(1)`` after each; returns the send time of each job id."""
     settings = settings or Settings()
     await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=settings.topics)
     sent: dict[str, float] = {}
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
-        for spec in specs:
+        began = time.perf_counter()
+        for i, spec in enumerate(specs):
+            if rate:
+                await asyncio.sleep(max(0.0, began + i / rate - time.perf_counter()))
             sent[spec.id] = time.time()
             await producer.send_model(settings.topics.submissions, SubmitJob(spec=spec), key=spec.id)
+            if on_sent is not None:
+                on_sent(1)
     return sent
 
 

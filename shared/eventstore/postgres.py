@@ -13,8 +13,10 @@ is not position order.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -33,6 +35,7 @@ from shared.eventstore.port import (
 APPEND_LOCK = 0x7E55E7A  # advisory lock key serialising appends (taken in tessera_append)
 CONFLICT_SQLSTATE = "TS409"  # raised by tessera_append when an expected version does not match
 MIGRATION_LOCK = 0x7E55E7B
+SNAPSHOT_LOCK = 0x7E55E7C  # one snapshot writer at a time (placement workers)
 NOTIFY_CHANNEL = "tessera_events"
 
 
@@ -226,18 +229,33 @@ class PostgresEventStore(EventStore):
         return int(value)
 
     async def save_snapshot(self, name: str, position: int, state: Mapping[str, Any]) -> None:
+        # A snapshot is megabytes of JSON: encoded in a thread, so the caller's event loop (a
+        # placement worker's) keeps turning meanwhile.  ``state`` must not change until this returns.
+        body = await asyncio.to_thread(json.dumps, dict(state))
         async with self.pool.acquire() as con:
             await con.execute(
                 """
-                INSERT INTO snapshots (name, position, state) VALUES ($1, $2, $3)
+                INSERT INTO snapshots (name, position, state) VALUES ($1, $2, $3::text::jsonb)
                 ON CONFLICT (name) DO UPDATE SET position = EXCLUDED.position, state = EXCLUDED.state,
                     taken_at = now()
                 WHERE snapshots.position <= EXCLUDED.position
                 """,
                 name,
                 position,
-                dict(state),
+                body,
             )
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, key: int) -> AsyncIterator[bool]:
+        """Try to take the session-level advisory lock ``key``; yields whether it was taken (so
+        only one of several processes does a piece of work) and releases it afterwards."""
+        async with self.pool.acquire() as con:
+            taken = bool(await con.fetchval("SELECT pg_try_advisory_lock($1)", key))
+            try:
+                yield taken
+            finally:
+                if taken:
+                    await con.execute("SELECT pg_advisory_unlock($1)", key)
 
     async def load_snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
         async with self.pool.acquire() as con:

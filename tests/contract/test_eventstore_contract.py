@@ -155,3 +155,17 @@ async def test_a_log_has_one_identity(store: EventStore) -> None:
     first = await store.log_id()
     await store.append([ev("s")], {"s": NO_STREAM})
     assert first and await store.log_id() == first
+
+
+@pytest.mark.integration
+async def test_postgres_exclusive_lets_one_holder_in_at_a_time(fresh_database: str) -> None:
+    a = await PostgresEventStore.connect(fresh_database, max_size=2)
+    b = await PostgresEventStore.connect(fresh_database, max_size=2)
+    try:
+        async with a.exclusive(42) as first, b.exclusive(42) as second:
+            assert first and not second
+        async with b.exclusive(42) as again:
+            assert again  # released when the first holder left
+    finally:
+        await a.close()
+        await b.close()

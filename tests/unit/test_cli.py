@@ -112,3 +112,15 @@ def test_schema_command_writes_json_schemas(tmp_path: Path) -> None:
     result = runner.invoke(app, ["schema", "--out", str(tmp_path)])
     assert result.exit_code == 0
     assert (tmp_path / "JobSpec.schema.json").exists()
+
+
+def test_tessera_up_gives_each_placement_worker_its_own_share_of_the_nodes() -> None:
+    from shared.cli.stack import service_commands
+
+    commands = service_commands(3, "process", None, None, 1.0, "tessera")
+    shards = [
+        argv[argv.index("--shard") + 1] for name, argv in commands.items() if name.startswith("placement")
+    ]
+    assert shards == ["0/3", "1/3", "2/3"]
+    alone = service_commands(1, "process", None, None, 1.0, "tessera")["placement-1"]
+    assert "--shard" not in alone
