@@ -31,7 +31,7 @@ from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
 from shared.state.fold import ACTIVE, TERMINAL, ClusterView, JobRecord
-from shared.state.follow import EventFollower, catch_up, restore
+from shared.state.follow import catch_up, follow_log, restore
 from shared.state.readiness import mark_ready
 from shared.state.wire import job_stream, node_stream
 
@@ -119,14 +119,7 @@ class Agent:
         await self.register(store)
         caught_up_at = time.time()
         await catch_up(self.view, store)
-        follower = EventFollower(
-            self.view,
-            s.kafka_bootstrap_servers,
-            s.topics.events,
-            s.gather_ms,
-            await store.log_id(),
-            start_at=caught_up_at,
-        )
+        follower = await follow_log(self.view, store, s, caught_up_at)
         follow = asyncio.create_task(follower.run(stop))
         mark_ready(self.ready_name)
         try:

@@ -39,7 +39,7 @@ from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
-from shared.state.follow import EventFollower, catch_up, restore, same_log
+from shared.state.follow import EventFollower, catch_up, follow_log, restore, same_log
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.placement")
@@ -177,14 +177,7 @@ class Worker:
         store = await PostgresEventStore.connect(s.database_url, max_size=4)
         restored_at = time.time()
         self.view = await restore(store, self.view.rotation)  # snapshot plus tail
-        follower = EventFollower(
-            self.view,
-            s.kafka_bootstrap_servers,
-            s.topics.events,
-            s.gather_ms,
-            await store.log_id(),
-            start_at=restored_at,
-        )
+        follower = await follow_log(self.view, store, s, restored_at)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,
             group_id=f"{s.topic_prefix}-placement",

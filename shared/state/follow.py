@@ -19,7 +19,8 @@ from aiokafka.structs import ConsumerRecord
 from shared.bus.gather import gather_pause
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
-from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot, to_snapshot
+from shared.settings import Settings
+from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot
 
 log = logging.getLogger("tessera.state")
 
@@ -47,10 +48,6 @@ async def restore(store: EventStore, rotation: int = 0) -> ClusterView:
     else:
         log.info("restored from the log: %d events", tail)
     return view
-
-
-async def save_snapshot(view: ClusterView, store: EventStore) -> None:
-    await store.save_snapshot(SNAPSHOT_NAME, view.position, to_snapshot(view))
 
 
 async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> int:
@@ -163,3 +160,18 @@ class EventFollower:
         if not stream or (self.view.needs_body(stream, kind) and not self.view.is_ahead(position)):
             return self.view.apply(decode_envelope(record.value))
         return self.view.advance(position, stream, version)
+
+
+async def follow_log(
+    view: ClusterView, store: EventStore, settings: Settings, start_at: float
+) -> EventFollower:
+    """How a service follows the log once its view is restored: the settings' topic and gather
+    pause, this log's identity, and ``start_at`` taken before the view's last catch-up began."""
+    return EventFollower(
+        view,
+        settings.kafka_bootstrap_servers,
+        settings.topics.events,
+        settings.gather_ms,
+        await store.log_id(),
+        start_at=start_at,
+    )
