@@ -20,7 +20,6 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,14 +105,6 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if self.ready_name:
             mark_ready(self.ready_name)
-
-
-def _position(headers: Sequence[tuple[str, bytes]]) -> int:
-    """The log position the relay put in a work item's headers (0 when absent)."""
-    for key, value in headers:
-        if key == "position":
-            return int(value)
-    return 0
 
 
 class Worker:
@@ -211,8 +202,10 @@ class Worker:
             batch = await consumer.getmany(timeout_ms=200, max_records=1000)
             for tp, records in batch.items():
                 for r in records:
-                    if same_log(dict(r.headers), log_id):
-                        self.work.add(tp, r.offset, r.key.decode() if r.key else "", _position(r.headers))
+                    headers = dict(r.headers)
+                    if same_log(headers, log_id):  # the relay put its JobAdmitted's position there
+                        job = r.key.decode() if r.key else ""
+                        self.work.add(tp, r.offset, job, int(headers.get("position", 0)))
                     else:  # another log's work item: nothing to place, nothing to hold back
                         self.work.add(tp, r.offset, "", -1)
             if batch:

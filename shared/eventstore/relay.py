@@ -81,8 +81,11 @@ class Relay:
         log = [(e.stream, e.body, headers_of(e, self.log_id)) for e in events]
         sends = [self.producer.send_batched(self.topic, 0, log)]
         if self.work_topic:
-            admitted = [e for e in events if e.type == "JobAdmitted"]
-            work = [(e.stream.removeprefix("job-"), e.body, headers_of(e, self.log_id)) for e in admitted]
+            work = [
+                (e.stream.removeprefix("job-"), body, headers)
+                for e, (_, body, headers) in zip(events, log, strict=True)
+                if e.type == "JobAdmitted"
+            ]
             if work:  # in parallel: a worker holds a work item until its job is folded from the log
                 sends.append(self.producer.send_many(self.work_topic, work))
         await asyncio.gather(*sends)
