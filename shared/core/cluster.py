@@ -26,8 +26,12 @@ from shared.core.task import MILLI, NodeSpec, TaskShape
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-AFFINITY_CLASSES = 9
-"""Columns of ``ClusterState.affinity``: 0 = shared-GPU tasks, k = tasks of k whole GPUs (1..8)."""
+
+def affinity_columns(max_gpus: int) -> int:
+    """Columns of ``ClusterState.affinity``: 0 = shared-GPU tasks, k = tasks of k whole GPUs
+    (1..``max_gpus``, the largest node's GPU count: 8 on openb, 16 on an HGX node, 72 on an NVL
+    rack).  Never fewer than 9, so the digests of 8-GPU clusters stay what they always were."""
+    return max(9, max_gpus + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +70,24 @@ class ClusterState:
         self.cpu_free: IntArray = self.cpu_cap.copy()
         self.mem_free: IntArray = self.mem_cap.copy()
         self.gpu_free: IntArray = self.gpu_cap.copy()
-        self.affinity: IntArray = np.zeros((n, AFFINITY_CLASSES), dtype=np.int64)
+        self.affinity: IntArray = np.zeros((n, affinity_columns(self.max_gpus)), dtype=np.int64)
         # Digests from the start, not zeros: nodes of different sizes must never share one.
         self.version: IntArray = np.array([self._digest(i) for i in range(n)], dtype=np.int64)
 
     @property
     def size(self) -> int:
         return len(self.names)
+
+    @property
+    def spec_cpu_milli(self) -> float:
+        """The normaliser of CPU in the spec-relative scorers: the largest node's CPU, at least the
+        128 cores the FGD artifact assumes (so openb figures are the artifact's)."""
+        return float(max(128_000, int(self.cpu_cap.max())))
+
+    @property
+    def spec_gpu_milli(self) -> float:
+        """The largest node's GPUs in milli-GPU, at least the artifact's 8 GPUs."""
+        return float(max(8 * MILLI, self.max_gpus * MILLI))
 
     @property
     def total_gpu_milli(self) -> int:

@@ -84,3 +84,19 @@ def test_tessera_keeps_cpu_only_work_off_gpu_nodes_short_of_cpu() -> None:
     c = cluster(node("gpu-dense", cpu=48_000, gpus=8), node("cpu-rich", cpu=96_000, gpus=2))
     workload = TypicalWorkload.from_tasks([task(cpu=6_000, gpus=1)] * 3 + [task(cpu=16_000)], coverage=1.0)
     assert _choose("tessera", c, task(cpu=16_000), workload)[0] == "cpu-rich"
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("node_gpus", [16, 72])
+def test_every_policy_places_on_nodes_with_more_than_eight_gpus(policy: str, node_gpus: int) -> None:
+    # HGX nodes have 16 GPUs and NVL racks 72: the scorers once assumed at most 8 and raised IndexError.
+    c = cluster(node("big", cpu=256_000, mem=2_097_152, gpus=node_gpus, model="H100"), node("small", gpus=8))
+    shapes = [task(cpu=48_000, gpus=12), task(gpus=1, milli=500), task(cpu=8_000, gpus=2), task(cpu=4_000)]
+    profile = build_profile(policy, TypicalWorkload.from_tasks(shapes, coverage=1.0))
+    rng = np.random.default_rng(1)
+    for t in shapes:
+        decision = decide(c, t, profile, rng)
+        assert decision.status.ok, (policy, t, decision.status)
+        c.place(decision.node, t, decision.gpus)
+    assert c.affinity[0, 12] == 1  # the 12-GPU task is counted in its own class on the big node
+    assert c.used_gpu_milli() == 12_000 + 500 + 2_000

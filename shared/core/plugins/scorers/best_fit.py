@@ -1,4 +1,5 @@
-"""Score: BestFit — the node with the least CPU and GPU left over after the task, weighted 1:1."""
+"""Score: BestFit — the node with the least CPU and GPU left over after the task, weighted 1:1
+(each normalised by the largest node spec, as DotProd)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.core.cluster import ClusterState, IntArray
 from shared.core.framework import Scores
-from shared.core.plugins.scorers.dot_product import MAX_SPEC_CPU, MAX_SPEC_GPU
 from shared.core.task import TaskShape
 
 NAME = "bestfit"
@@ -26,8 +26,10 @@ class BestFitScorer:
     def score(
         self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator
     ) -> Scores:
-        cpu_left = (cluster.cpu_free[feasible] - task.cpu_milli) / MAX_SPEC_CPU * 0.5
-        gpu_left = (cluster.gpu_free[feasible].sum(axis=1) - task.total_gpu_milli) / MAX_SPEC_GPU * 0.5
+        cpu_left = (cluster.cpu_free[feasible] - task.cpu_milli) / cluster.spec_cpu_milli * 0.5
+        gpu_left = (
+            (cluster.gpu_free[feasible].sum(axis=1) - task.total_gpu_milli) / cluster.spec_gpu_milli * 0.5
+        )
         return Scores(np.floor((1.0 - (cpu_left + gpu_left)) * 100.0))
 
 

@@ -1,8 +1,10 @@
 """Score: DotProd — Tetris-style alignment of the task's demand with the node's free resources.
 
 The node and task vectors are (CPU, total GPU share), each normalised by the largest node spec
-(128 cores, 8 GPUs); the score is ``int(100 * (1 - dot / 2))``: the less the task's demand points
-along what the node has left, the better (it fills the node's scarcer dimension).
+(``ClusterState.spec_cpu_milli`` and ``spec_gpu_milli``: 128 cores and 8 GPUs on openb, as in the
+artifact; more on clusters with bigger nodes, so a 16-GPU node never scores outside 0..100); the
+score is ``int(100 * (1 - dot / 2))``: the less the task's demand points along what the node
+has left, the better (it fills the node's scarcer dimension).
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from shared.core.framework import Scores
 from shared.core.task import TaskShape
 
 NAME = "dotprod"
-MAX_SPEC_CPU = 128_000.0
-MAX_SPEC_GPU = 8_000.0
 
 
 class Args(BaseModel):
@@ -32,9 +32,10 @@ class DotProductScorer:
     def score(
         self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator
     ) -> Scores:
-        cpu = cluster.cpu_free[feasible] / MAX_SPEC_CPU
-        gpu = cluster.gpu_free[feasible].sum(axis=1) / MAX_SPEC_GPU
-        dot = cpu * (task.cpu_milli / MAX_SPEC_CPU) + gpu * (task.total_gpu_milli / MAX_SPEC_GPU)
+        max_cpu, max_gpu = cluster.spec_cpu_milli, cluster.spec_gpu_milli
+        cpu = cluster.cpu_free[feasible] / max_cpu
+        gpu = cluster.gpu_free[feasible].sum(axis=1) / max_gpu
+        dot = cpu * (task.cpu_milli / max_cpu) + gpu * (task.total_gpu_milli / max_gpu)
         return Scores(np.floor(100.0 * (1.0 - dot / 2.0)))
 
 

@@ -17,7 +17,6 @@ from shared.core.framework import Scores
 from shared.core.task import TaskShape
 
 NAME = "gpuclustering"
-MAX_SPEC_GPU = 8_000
 
 
 class Args(BaseModel):
@@ -36,7 +35,8 @@ class GpuClusteringScorer:
         affinity = cluster.affinity[feasible]
         classes = (affinity > 0).sum(axis=1)
         mine = affinity[:, task.affinity_class] > 0
-        fullness = 25 * (MAX_SPEC_GPU - cluster.gpu_free[feasible].sum(axis=1)) // MAX_SPEC_GPU
+        spec = int(cluster.spec_gpu_milli)  # the largest node: fullness stays within its band
+        fullness = 25 * (spec - cluster.gpu_free[feasible].sum(axis=1)) // spec
         band = np.where(mine, np.where(classes == 1, 75, 50), np.where(classes == 0, 25, 0))
         return Scores((fullness + band).astype(np.float64))
 
