@@ -106,7 +106,9 @@ class TypicalWorkload:
 class FragmentationModel:
     """Computes F_n for batches of node states against one typical workload on one cluster."""
 
-    def __init__(self, workload: TypicalWorkload, cluster_models: tuple[str, ...]) -> None:
+    def __init__(
+        self, workload: TypicalWorkload, cluster_models: tuple[str, ...], conditional: bool = False
+    ) -> None:
         gpu = workload.num_gpu > 0
         self.cpu_only_freq = float(workload.freq[~gpu].sum())
         self.t_cpu = workload.cpu[gpu]
@@ -117,6 +119,18 @@ class FragmentationModel:
         access = workload.access(cluster_models)[:, gpu]
         # Row -1 (index len) stands for "no GPU model": nothing GPU-bound can run there.
         self.access = np.vstack([access, np.zeros((1, access.shape[1]), dtype=np.bool_)])
+        # Per GPU model, the weight of each GPU shape.  FGD's: its popularity everywhere (a shape
+        # that may not use the model counts the whole idle GPU).  Conditional: only the shapes
+        # that may use the model, their popularities rescaled to the same total, so a node's
+        # value no longer depends on how many shapes are barred from it (see TesseraScorer).
+        # Where every shape may use every model the two are equal, and FGD's arithmetic (a matrix
+        # product) is kept so the figures of unconstrained traces stay exactly what they were.
+        self.conditional = conditional and not bool(access.all())
+        weights = np.where(self.access, self.t_freq[None, :], 0.0)
+        if self.conditional:
+            mass = weights.sum(axis=1, keepdims=True)
+            weights = np.where(mass > 0, weights * (self.t_freq.sum() / np.maximum(mass, 1e-300)), 0.0)
+        self.weights = weights
 
     def frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
         """F_n in milli-GPU for each of K node states: cpu_free (K,), gpu_free (K, G), model (K,)."""
@@ -132,8 +146,11 @@ class FragmentationModel:
         ok &= cpu_free[:, None] >= self.t_cpu[None, :]
         ok &= self.access[model_idx]
         contrib = np.where(ok, small[:, self.t_thr], total[:, None])
-        frag: FloatArray = result + contrib @ self.t_freq
-        return frag
+        if not self.conditional:
+            frag: FloatArray = result + contrib @ self.t_freq
+            return frag
+        weighted: FloatArray = result + (contrib * self.weights[model_idx]).sum(axis=1)
+        return weighted
 
     def packing_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
         """Idle milli-GPU left over if the node were filled with tasks of each typical shape.
@@ -151,8 +168,11 @@ class FragmentationModel:
         k_cpu = cpu_free[:, None] // np.maximum(self.t_cpu, 1)[None, :]
         k = np.minimum(k_gpu, k_cpu) * self.access[model_idx]
         usable = k * (self.thresholds[self.t_thr] * self.t_num)[None, :]
-        packed: FloatArray = (total[:, None] - usable) @ self.t_freq
-        return packed
+        if not self.conditional:
+            packed: FloatArray = (total[:, None] - usable) @ self.t_freq
+            return packed
+        weighted: FloatArray = ((total[:, None] - usable) * self.weights[model_idx]).sum(axis=1)
+        return weighted
 
 
 class NodeFragmentation:

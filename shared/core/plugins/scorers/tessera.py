@@ -18,7 +18,27 @@ but for two reasons FGD's one-task view misses:
    *stranding* term charges a placement for idle GPU left without CPU, at the workload's own
    CPU-per-GPU ratio: ``max(0, gpu_free - cpu_free / ratio)``.
 
-The score is ``-(dF_fgd + packing_weight * dF_packing + cpu_weight * dS)`` in milli-GPU, banded like
+3. **Only the shapes that may use a node count there** (``conditional``).  FGD counts all of a
+   node's idle GPU as fragmented for every shape barred from its GPU model, so the fewer shapes
+   may use a node, the larger the drop in "fragmentation" when anything fills it: the measure
+   pulls unconstrained pods onto the very nodes that the pods restricted to that model are
+   waiting for (on traces where a third of the GPU pods name models, FGD and the earlier Tessera
+   filled the V100 and T4 pools with pods that could have run anywhere, and the constrained
+   pods failed).  Tessera weighs each node's fragmentation by the popularity of the shapes that
+   may use its model, rescaled to the same total, so a node's value says how well *its* users
+   can use it and no longer how many others are barred.  Where every shape may use every model
+   (the openb traces as published) the weights are FGD's and nothing changes.
+
+4. **Pool pressure** (``pressure_weight``).  Removing FGD's bias leaves every pool equal for a pod
+   that may go anywhere, but they are not: a pool whose pinned pods need most of it (the V100s
+   when a fifth of the GPU pods ask for V100s) should be the last choice of a pod that can run
+   elsewhere.  A placement on a node of model i costs its GPU request times the pool's
+   pressure (``pool_pressure``: pinned demand per GPU of i over the workload's demand per GPU,
+   at most 1): the expected share of that GPU the pinned pods will want.  It is in milli-GPU
+   like the other terms, so its weight is 1; without pinned shapes it is 0 everywhere.
+
+The score is ``-(dF_fgd + packing_weight * dF_packing + cpu_weight * dS + pressure)`` in milli-GPU,
+banded like
 kube-scheduler's integer scores (``floor(100 * sigmoid(value / band))``).  The banding is
 deliberate: near-equal choices tie, and ties go to the first node in a stable order, which packs
 work onto the same nodes and keeps others whole for large tasks — exact scores spread work and
@@ -58,6 +78,12 @@ class Args(BaseModel):
         1000.0, gt=0, description="milli-GPU per sigmoid unit: wider bands tie more, pack more"
     )
     gpu_fit_weight: float = Field(0.9, ge=0, lt=1, description="tie-break (score points) to the tightest GPU")
+    conditional: bool = Field(
+        True, description="weigh each node's fragmentation by the shapes that may use its GPU model only"
+    )
+    pressure_weight: float = Field(
+        1.0, ge=0, description="weight of the demand that pods pinned to a GPU model put on its pool"
+    )
 
 
 def cpu_per_gpu_milli(workload: TypicalWorkload) -> float:
@@ -67,6 +93,35 @@ def cpu_per_gpu_milli(workload: TypicalWorkload) -> float:
     if demand == 0:
         return float("inf")
     return float((workload.freq[gpu] * workload.cpu[gpu]).sum()) / demand
+
+
+def pool_pressure(workload: TypicalWorkload, cluster: ClusterState) -> FloatArray:
+    """Per GPU model (and a last entry 0 for nodes without GPUs): how much of the pool the pods
+    pinned to it need, relative to the cluster's demand per GPU, at most 1.
+
+    Each GPU shape that names models spreads its GPU demand (popularity x GPUs) over them in
+    proportion to their GPUs; a pool's pinned demand per GPU, over the whole workload's demand
+    per GPU, says how much of each of its GPUs the pinned pods will want.  Unconstrained shapes
+    add nothing: they can go anywhere.  0 everywhere when no shape names a model.
+    """
+    models = cluster.models
+    cap = np.array([float(cluster.gpu_count[cluster.model_idx == i].sum()) for i in range(len(models))])
+    pinned = np.zeros(len(models))
+    total = 0.0
+    for k in range(len(workload)):
+        if workload.num_gpu[k] == 0:
+            continue
+        volume = float(workload.freq[k] * workload.num_gpu[k] * workload.gpu_milli[k])
+        total += volume
+        allowed = np.array([m in workload.models[k] for m in models], dtype=np.bool_)
+        if not workload.models[k] or not allowed.any() or cap[allowed].sum() == 0:
+            continue
+        pinned += np.where(allowed, volume * cap / cap[allowed].sum(), 0.0)
+    if total == 0 or cap.sum() == 0:
+        return np.zeros(len(models) + 1)
+    density = np.divide(pinned, cap, out=np.zeros_like(pinned), where=cap > 0) / (total / cap.sum())
+    result: FloatArray = np.append(np.minimum(1.0, density), 0.0)
+    return result
 
 
 def stranded_gpu(cpu_free: IntArray, gpu_free_total: IntArray, ratio: float) -> FloatArray:
@@ -84,25 +139,32 @@ class TesseraScorer:
     cpu_weight: float = 1.0
     band: float = 1000.0
     gpu_fit_weight: float = 0.9
+    conditional: bool = True
+    pressure_weight: float = 1.0
     name: str = NAME
     _state: tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float] | None = field(
         default=None, init=False, repr=False
     )
     _packing_model: FragmentationModel | None = field(default=None, init=False, repr=False)
+    _pressure: FloatArray | None = field(default=None, init=False, repr=False)
 
     def _bind(
         self, cluster: ClusterState
     ) -> tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float]:
         if self._state is None:
-            model = FragmentationModel(self.workload, cluster.models)
+            model = FragmentationModel(self.workload, cluster.models, self.conditional)
             # The packing view sees every shape, rare large ones too (FGD's view keeps the cut).
-            self._packing_model = FragmentationModel(self.workload.complete or self.workload, cluster.models)
+            self._packing_model = FragmentationModel(
+                self.workload.complete or self.workload, cluster.models, self.conditional
+            )
             self._state = (
                 model,
                 _Combined(self, model, cluster),
                 NodeValueCache(cluster.size),
                 cpu_per_gpu_milli(self.workload),
             )
+            pressure = pool_pressure(self.workload.complete or self.workload, cluster)
+            self._pressure = self.pressure_weight * pressure if pressure.any() else None
         return self._state
 
     def objective(
@@ -127,10 +189,13 @@ class TesseraScorer:
     ) -> Scores:
         model, now_state, cache, ratio = self._bind(cluster)
         now = now_state.current(cluster)
+        pressure = self._pressure
 
         def compute(nodes: IntArray) -> tuple[FloatArray, IntArray]:
             cpu, gpu, mdl, owner, slot = after_states(cluster, nodes, task)
             delta = self.objective(model, ratio, cpu, gpu, mdl) - now[nodes][owner]
+            if pressure is not None:
+                delta = delta + task.total_gpu_milli * pressure[mdl]
             value = np.floor(100.0 / (1.0 + np.exp(delta / self.band)))
             if not task.is_shared:
                 return value, slot
@@ -167,4 +232,6 @@ def build(args: Args) -> TesseraScorer:
         cpu_weight=args.cpu_weight,
         band=args.band,
         gpu_fit_weight=args.gpu_fit_weight,
+        conditional=args.conditional,
+        pressure_weight=args.pressure_weight,
     )
