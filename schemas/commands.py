@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.job import JobId, JobSpec
+from schemas.queues import QueueTreeSpec
 
 
 class _Command(BaseModel):
@@ -31,5 +32,12 @@ class DrainNode(_Command):
     reason: str = ""
 
 
-Command = Annotated[SubmitJob | CancelJob | DrainNode, Field(discriminator="type")]
+class ApplyQueues(_Command):
+    """Replace the whole queue tree (``tessera queue apply queues.yaml``)."""
+
+    type: Literal["ApplyQueues"] = "ApplyQueues"
+    tree: QueueTreeSpec
+
+
+Command = Annotated[SubmitJob | CancelJob | DrainNode | ApplyQueues, Field(discriminator="type")]
 CommandAdapter: TypeAdapter[Command] = TypeAdapter(Command)

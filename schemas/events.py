@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.job import JobId, JobSpec
 from schemas.node import NodeInventory
+from schemas.queues import QueueTreeSpec
 
 
 class _Event(BaseModel):
@@ -27,7 +28,9 @@ class JobAdmitted(_Event):
 class JobRejected(_Event):
     type: Literal["JobRejected"] = "JobRejected"
     job_id: str
-    code: Literal["invalid", "duplicate", "unknown-queue", "forbidden", "over-quota", "impossible"]
+    code: Literal[
+        "invalid", "duplicate", "unknown-queue", "forbidden", "over-quota", "impossible", "unsupported"
+    ]
     reason: str
 
 
@@ -48,6 +51,7 @@ class TaskBinding(BaseModel):
 class JobPlaced(_Event):
     type: Literal["JobPlaced"] = "JobPlaced"
     job_id: JobId
+    attempt: int = 0
     bindings: list[TaskBinding]
     policy: str
     node_versions: dict[str, int] = Field(description="node stream versions the decision read")
@@ -58,6 +62,7 @@ class JobStarted(_Event):
     job_id: JobId
     node: str
     task: int = 0
+    attempt: int = 0
     pid: int | None = None
 
 
@@ -66,6 +71,7 @@ class JobFinished(_Event):
     job_id: JobId
     node: str
     task: int = 0
+    attempt: int = 0
 
 
 class JobFailed(_Event):
@@ -73,6 +79,7 @@ class JobFailed(_Event):
     job_id: JobId
     node: str
     task: int = 0
+    attempt: int = 0
     exit_code: int | None = None
     reason: str = ""
 
@@ -84,10 +91,40 @@ class JobCancelled(_Event):
 
 
 class PreemptionRequested(_Event):
+    """The victim ``job_id`` is to stop for ``by_job``; it may checkpoint within ``grace_s``."""
+
     type: Literal["PreemptionRequested"] = "PreemptionRequested"
     job_id: JobId
     by_job: JobId
     grace_s: float = Field(ge=0)
+    reason: str = ""
+    attempt: int = Field(0, ge=0, description="the victim's attempt being stopped")
+
+
+class JobReserved(_Event):
+    """Nodes held for a blocked job as they free up (no other job may take room there, except a
+    backfill ending before ``expected_start``); released at ``timeout_at`` if it has not started."""
+
+    type: Literal["JobReserved"] = "JobReserved"
+    job_id: JobId
+    nodes: list[str] = Field(min_length=1)
+    expected_start: float
+    timeout_at: float
+    preemption: bool = Field(False, description="the room is being freed by this job's victims")
+
+
+class ReservationReleased(_Event):
+    type: Literal["ReservationReleased"] = "ReservationReleased"
+    job_id: JobId
+    reason: str
+    backoff_until: float = Field(description="epoch seconds: no new reservation before then")
+
+
+class QueuesApplied(_Event):
+    """The queue tree from now on (on stream ``queues``): each apply replaces the whole tree."""
+
+    type: Literal["QueuesApplied"] = "QueuesApplied"
+    tree: QueueTreeSpec
 
 
 class JobPreempted(_Event):
@@ -126,6 +163,9 @@ Event = Annotated[
     | JobFailed
     | JobCancelled
     | PreemptionRequested
+    | JobReserved
+    | ReservationReleased
+    | QueuesApplied
     | JobPreempted
     | NodeRegistered
     | NodeDrained

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from schemas import commands, events, job, node
+from schemas import commands, events, job, node, queues
 
 MODELS: dict[str, type[BaseModel]] = {
     "JobSpec": job.JobSpec,
@@ -15,6 +15,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "SubmitJob": commands.SubmitJob,
     "CancelJob": commands.CancelJob,
     "DrainNode": commands.DrainNode,
+    "ApplyQueues": commands.ApplyQueues,
+    "QueueTree": queues.QueueTreeSpec,
     **{
         cls.__name__: cls
         for cls in (
@@ -26,6 +28,9 @@ MODELS: dict[str, type[BaseModel]] = {
             events.JobFailed,
             events.JobCancelled,
             events.PreemptionRequested,
+            events.JobReserved,
+            events.ReservationReleased,
+            events.QueuesApplied,
             events.JobPreempted,
             events.NodeRegistered,
             events.NodeDrained,

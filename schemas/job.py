@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.quantities import CpuMilli, GpuShareMilli, MemoryMiB, Percent
+from shared.core.priority import PRIORITY_CLASSES
 
 JobId = Annotated[
     str,
@@ -150,7 +151,11 @@ class JobSpec(_Model):
     queue: Name = "default"
     workload: WorkloadKind = "training"
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first and may preempt lower")
-    priority_class: Name | None = Field(None, alias="priority-class")
+    priority_class: Name | None = Field(
+        None,
+        alias="priority-class",
+        description="critical (1000), high (100), normal (0) or best-effort (-100); sets priority",
+    )
     replicas: int = Field(1, ge=1, le=4096)
     resources: Resources = Field(default_factory=Resources)
     gpu_type: list[str] = Field(
@@ -160,7 +165,7 @@ class JobSpec(_Model):
     tolerations: list[Toleration] = Field(default_factory=list)
     gang: GangSpec | None = None
     elastic: ElasticRange | None = None
-    numa_binding: Literal["none", "preferred", "required"] = Field("preferred", alias="numa-binding")
+    numa_binding: Literal["none", "preferred", "required"] = Field("none", alias="numa-binding")
     rack_affinity: Literal["none", "same-rack", "same-switch", "same-nvlink"] = Field(
         "none", alias="rack-affinity"
     )
@@ -188,7 +193,40 @@ class JobSpec(_Model):
             )
         if self.gpu_type and self.resources.num_gpu == 0 and not self.resources.mig:
             raise ValueError("gpu-type selects GPU models, but the job requests no GPU")
+        if self.priority_class is not None:
+            value = PRIORITY_CLASSES.get(self.priority_class)
+            if value is None:
+                raise ValueError(
+                    f"priority-class {self.priority_class!r} is unknown; "
+                    f"classes: {', '.join(PRIORITY_CLASSES)}"
+                )
+            if "priority" in self.model_fields_set and self.priority != value:
+                raise ValueError(
+                    f"priority {self.priority} contradicts priority-class {self.priority_class!r} ({value}); "
+                    "give one of them"
+                )
         return self
+
+    @property
+    def effective_priority(self) -> int:
+        """The priority the scheduler compares: the class's value, else ``priority``."""
+        if self.priority_class is not None:
+            return PRIORITY_CLASSES[self.priority_class]
+        return self.priority
+
+    @property
+    def min_replicas(self) -> int:
+        """The fewest replicas the job starts with: the elastic minimum, else the gang's
+        ``min-member``, else all of them (a job's replicas start together or not at all)."""
+        if self.elastic is not None:
+            return self.elastic.min
+        if self.gang is not None:
+            return self.gang.min_member
+        return self.replicas
+
+    @property
+    def max_replicas(self) -> int:
+        return self.elastic.max if self.elastic is not None else self.replicas
 
     @property
     def accepted_models(self) -> tuple[str, ...]:

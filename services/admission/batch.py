@@ -17,30 +17,44 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from schemas.commands import CancelJob, SubmitJob
+from schemas.commands import ApplyQueues, CancelJob, SubmitJob
+from schemas.events import QueuesApplied
 from schemas.job import JobSpec
-from services.admission.handlers import NeverFits, QueueRights, admit, cancel
-from shared.eventstore import ConcurrencyError, EventStore, NewEvent
+from services.admission.handlers import NeverFits, QueuePolicy, QueueRights, admit, cancel
+from shared.core.queues import QueueTree
+from shared.eventstore import ANY_VERSION, ConcurrencyError, EventStore, NewEvent
 from shared.state.fold import ClusterView, job_state
-from shared.state.wire import job_stream
+from shared.state.wire import job_stream, queue_tree
+
+QUEUES_STREAM = "queues"
 
 log = logging.getLogger("tessera.admission")
 ATTEMPTS = 3
 
 
 class NodeInventories:
-    """The registered nodes, followed from the store through ``NodeRegistered`` events only."""
+    """The registered nodes and the applied queue tree, followed from the store through
+    ``NodeRegistered`` and ``QueuesApplied`` events only."""
 
     def __init__(self) -> None:
-        self.view = ClusterView()  # fed node registrations only: its ``cluster`` is all admission reads
+        self.view = ClusterView()  # fed registrations and trees only: ``cluster`` and ``queues``
         self.position = 0  # every event up to here has been looked at
+        self._tree: tuple[object, QueueTree] | None = None
 
     async def refresh(self, store: EventStore) -> None:
         head = await store.last_position()  # read first: every registration at or below it is visible
-        while events := await store.read_all(self.position, 2000, types=("NodeRegistered",)):
+        while events := await store.read_all(self.position, 2000, types=("NodeRegistered", "QueuesApplied")):
             self.view.apply_all(events)
             self.position = events[-1].position
         self.position = max(self.position, head)
+
+    def tree(self) -> QueueTree | None:
+        spec = self.view.queues
+        if spec is None:
+            return None
+        if self._tree is None or self._tree[0] is not spec:
+            self._tree = (spec, queue_tree(spec))
+        return self._tree[1]
 
 
 class Admission:
@@ -61,13 +75,19 @@ class Admission:
                 continue
             verdicts += await self._submit(submissions)
             submissions = []
-            verdicts.append(await self._cancel(command) if isinstance(command, CancelJob) else "ignored")
+            if isinstance(command, CancelJob):
+                verdicts.append(await self._cancel(command))
+            elif isinstance(command, ApplyQueues):
+                verdicts.append(await self._apply_queues(command))
+            else:
+                verdicts.append("ignored")
         verdicts += await self._submit(submissions)
         return verdicts
 
     async def _submit(self, commands: list[SubmitJob]) -> list[str]:
         if not commands:
             return []
+        policy = QueuePolicy(self.queues, self.nodes.tree())
         for _ in range(ATTEMPTS):
             found = await self.store.read_streams({job_stream(c.spec.id) for c in commands}, up_to_version=1)
             admitted = {
@@ -80,9 +100,7 @@ class Admission:
             verdicts: list[str] = []
             for command in commands:
                 spec = command.spec
-                outcome = admit(
-                    self.nodes.view.cluster, self.queues, spec, admitted.get(spec.id), self.never_fits
-                )
+                outcome = admit(self.nodes.view.cluster, policy, spec, admitted.get(spec.id), self.never_fits)
                 if outcome.verdict == "admitted":
                     admitted[spec.id] = spec  # a twin later in the same batch is a duplicate of this
                 events += outcome.events
@@ -96,6 +114,21 @@ class Admission:
                 continue  # another writer created one of these job streams first: look again
         log.warning("gave up on %d submissions after %d conflicting appends", len(commands), ATTEMPTS)
         return ["conflict"] * len(commands)
+
+    async def _apply_queues(self, command: ApplyQueues) -> str:
+        """The whole tree replaces the last one; the cycle and admission read it from the log."""
+        try:
+            queue_tree(command.tree)  # the core's own checks (parents, guarantees within max)
+        except ValueError as exc:
+            log.warning("queue tree refused: %s", exc)
+            return "rejected"
+        event = QueuesApplied(tree=command.tree)
+        await self.store.append(
+            [NewEvent(QUEUES_STREAM, event.type, event.model_dump(mode="json", by_alias=True))],
+            {QUEUES_STREAM: ANY_VERSION},
+        )
+        await self.nodes.refresh(self.store)
+        return "queues-applied"
 
     async def _cancel(self, command: CancelJob) -> str:
         stream = job_stream(command.job_id)

@@ -3,7 +3,11 @@
 Pure: each function takes exactly what the decision needs and returns the events to append;
 the shell reads those inputs from the event store, appends, and commits the Kafka offset.
 
-* unknown queue -> ``unknown-queue``; a tenant the queue does not list -> ``forbidden``;
+* a field nothing honours yet (``shared/state/honoured.py``) -> ``unsupported``, naming it;
+* unknown queue, or one that has queues below it -> ``unknown-queue``; a tenant the queue does
+  not list -> ``forbidden``;
+* a job whose fewest replicas alone exceed its queue's ``max`` (or a parent's) -> ``over-quota``:
+  it could never run there;
 * a replica no registered node could ever hold, even empty -> ``impossible`` (while no node has
   registered yet, nothing is called impossible: the job waits);
 * an id already admitted with different content -> ``duplicate``; with the same content the
@@ -17,13 +21,55 @@ from dataclasses import dataclass
 from schemas.events import JobAdmitted, JobCancelled, JobRejected
 from schemas.job import JobSpec
 from shared.core.cluster import ClusterState
+from shared.core.queues import DIMENSIONS, QueueTree, demand_of
 from shared.core.registry import default_filters
 from shared.core.task import TaskShape
 from shared.eventstore import ANY_VERSION, NO_STREAM, NewEvent
 from shared.state.fold import TERMINAL, JobState
+from shared.state.honoured import unhonoured
 from shared.state.wire import job_stream, task_shape
 
 QueueRights = dict[str, tuple[str, ...]]  # queue -> tenants allowed ("*" = any)
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """What admission knows of the queues: the tree last applied (``tessera queue apply``),
+    else the configured rights (``TESSERA_QUEUES``: queues open to their tenants, no quotas)."""
+
+    rights: QueueRights
+    tree: QueueTree | None = None
+
+    def refuse(self, spec: JobSpec) -> tuple[str, str] | None:
+        """(code, reason) when the job may not enter its queue."""
+        if self.tree is None:
+            if spec.queue not in self.rights:
+                return "unknown-queue", f"queue {spec.queue!r} does not exist; queues: {sorted(self.rights)}"
+            allowed = self.rights[spec.queue]
+            if "*" not in allowed and spec.tenant not in allowed:
+                return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}"
+            return None
+        tree = self.tree
+        if spec.queue not in tree:
+            return "unknown-queue", f"queue {spec.queue!r} does not exist; queues: {sorted(tree.leaves)}"
+        if not tree.is_leaf(spec.queue):
+            return "unknown-queue", (
+                f"queue {spec.queue!r} has queues below it; submit to one of "
+                f"{sorted(q for q in tree.leaves if spec.queue in tree.ancestors(q))}"
+            )
+        if not tree.specs[spec.queue].allows(spec.tenant):
+            return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}"
+        need = demand_of(task_shape(spec), spec.min_replicas)
+        for name in tree.ancestors(spec.queue):
+            cap = tree.specs[name].max
+            over = [d for d, n, c in zip(DIMENSIONS, need, cap, strict=True) if n > c]
+            if over:
+                return "over-quota", (
+                    f"{spec.min_replicas} replica(s) need more {', '.join(over)} than queue {name!r} "
+                    "may ever "
+                    f"hold (its max): the job could never run"
+                )
+        return None
 
 
 @dataclass(frozen=True)
@@ -78,7 +124,7 @@ class NeverFits:
 
 def admit(
     cluster: ClusterState | None,
-    queues: QueueRights,
+    queues: QueuePolicy | QueueRights,
     spec: JobSpec,
     existing: JobSpec | None,
     never_fits: NeverFits | None = None,
@@ -91,13 +137,13 @@ def admit(
         return rejected(
             spec.id, "duplicate", f"job id {spec.id!r} was already admitted with different content"
         )
-    if spec.queue not in queues:
-        return rejected(
-            spec.id, "unknown-queue", f"queue {spec.queue!r} does not exist; queues: {sorted(queues)}"
-        )
-    allowed = queues[spec.queue]
-    if "*" not in allowed and spec.tenant not in allowed:
-        return rejected(spec.id, "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}")
+    unsupported = unhonoured(spec)
+    if unsupported:
+        return rejected(spec.id, "unsupported", "; ".join(unsupported))
+    policy = queues if isinstance(queues, QueuePolicy) else QueuePolicy(queues)
+    refusal = policy.refuse(spec)
+    if refusal is not None:
+        return rejected(spec.id, *refusal)
     reason = never_fits.reason(cluster, spec) if never_fits is not None else impossible_reason(cluster, spec)
     if reason is not None:
         return rejected(spec.id, "impossible", reason)

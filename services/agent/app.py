@@ -39,8 +39,9 @@ log = logging.getLogger("tessera.agent")
 START_CHUNK = 200  # tasks claimed per transaction
 
 
-def task_stream(job_id: str, task: int) -> str:
-    return f"task-{job_id}-{task}"
+def task_stream(job_id: str, task: int, attempt: int = 0) -> str:
+    """One stream per task and attempt: a task runs again after a preemption, once per attempt."""
+    return f"task-{job_id}-{task}" if attempt == 0 else f"task-{job_id}-a{attempt}-{task}"
 
 
 def machine_inventory(name: str) -> NodeInventory:
@@ -191,9 +192,10 @@ class Agent:
 
         def started(record: JobRecord, binding: TaskBinding) -> tuple[list[NewEvent], dict[str, int]]:
             job_id = record.spec.id
-            event = JobStarted(job_id=job_id, node=binding.node, task=binding.task)
+            attempt = record.status.attempt
+            event = JobStarted(job_id=job_id, node=binding.node, task=binding.task, attempt=attempt)
             data = event.model_dump(mode="json")
-            task = task_stream(job_id, binding.task)
+            task = task_stream(job_id, binding.task, attempt)
             events = [NewEvent(job_stream(job_id), event.type, data), NewEvent(task, event.type, data)]
             return events, {job_stream(job_id): ANY_VERSION, task: NO_STREAM}
 
@@ -220,19 +222,22 @@ class Agent:
         if record is None or record.state in TERMINAL:
             return
         node = next(b.node for b in record.bindings if b.task == task)
+        attempt = record.status.attempt
         end: JobFinished | JobFailed
         if exit_code is None:
-            end = JobFinished(job_id=job_id, node=node, task=task)
+            end = JobFinished(job_id=job_id, node=node, task=task, attempt=attempt)
         else:
-            end = JobFailed(job_id=job_id, node=node, task=task, exit_code=exit_code, reason=reason)
+            end = JobFailed(
+                job_id=job_id, node=node, task=task, attempt=attempt, exit_code=exit_code, reason=reason
+            )
         data = end.model_dump(mode="json")
         # Not on the node's stream: a release only adds room, so it must not move the node's
         # version and fail a placement planned before it (the fold frees from the job's stream).
         events = [
             NewEvent(job_stream(job_id), end.type, data),
-            NewEvent(task_stream(job_id, task), end.type, data),
+            NewEvent(task_stream(job_id, task, attempt), end.type, data),
         ]
-        expected = {job_stream(job_id): ANY_VERSION, task_stream(job_id, task): 1}
+        expected = {job_stream(job_id): ANY_VERSION, task_stream(job_id, task, attempt): 1}
         for _ in range(5):
             try:
                 await self.store.append(events, expected)

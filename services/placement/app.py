@@ -30,6 +30,7 @@ from services.placement.handlers import plan, shard_mask
 from shared.bus import ensure_topics
 from shared.bus.gather import gather_pause
 from shared.core.cluster import BoolArray
+from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile
@@ -40,6 +41,7 @@ from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
 from shared.state.follow import EventFollower, catch_up, follow_log, restore, same_log
 from shared.state.readiness import mark_ready
+from shared.state.snapshot import SnapshotBuilder
 
 log = logging.getLogger("tessera.placement")
 
@@ -126,6 +128,8 @@ class Worker:
         self.stats = Stats()
         self.work = WorkItems()
         self._profile: Profile | None = None
+        self._config: CycleConfig | None = None
+        self.snapshots = SnapshotBuilder()
         self._profile_key: tuple[tuple[str, ...], int] | None = None
         self._wake = asyncio.Event()
         self._digest: tuple[int, str] = (-1, "")  # (position, digest of the view there)
@@ -152,6 +156,15 @@ class Worker:
             log.info("policy %s learnt from %d jobs on %d nodes", self.policy, jobs, cluster.size)
             self._profile_key = key
         return self._profile
+
+    def config(self) -> CycleConfig:
+        """The cycle as the live workers run it: every stage but elastic growth and shrink, which
+        need the agent to resize a running job (not there yet); elastic jobs start with as many
+        replicas as fit between their minimum and maximum."""
+        profile = self.profile()
+        if self._config is None or self._config.profile is not profile:
+            self._config = CycleConfig(profile, elastic=False, max_jobs=self.max_jobs)
+        return self._config
 
     def preferred(self) -> BoolArray | None:
         """This worker's share of the nodes (tried first), recomputed when the nodes change."""
@@ -231,7 +244,8 @@ class Worker:
             rng = np.random.default_rng([self.seed, self.view.position])
             t0 = time.perf_counter()
             try:
-                decision = plan(self.view, owned, self.profile(), rng, self.max_jobs, self.preferred())
+                config = self.config()
+                decision = plan(self.view, owned, config, time.time(), rng, self.preferred(), self.snapshots)
             except Exception:  # a bug must not take the worker down: log, refresh, go on
                 log.exception("planning failed; refreshing the view")
                 self._profile = None
@@ -246,9 +260,9 @@ class Worker:
                 continue
             # Append in chunks of jobs: a conflict then wastes one chunk's plan, not the cycle's.
             conflicted = False
-            for chunk in decision.chunks(self.chunk_jobs):
+            for events, expected, placed in decision.chunks(self.chunk_jobs):
                 try:
-                    recorded = await store.append(chunk.events, chunk.expected)
+                    recorded = await store.append(events, expected)
                 except ConcurrencyError as exc:
                     self.stats.conflicts += 1
                     log.info("conflict on %s", dict(list(exc.conflicts.items())[:3]))
@@ -257,9 +271,9 @@ class Worker:
                 # Our own placements count at once; the log brings them back later, skipped.
                 self.view.apply_ahead(recorded)
                 now = time.time()
-                for job in chunk.jobs:
+                for job in placed:
                     self.stats.latencies_ms.append(1000 * (now - self.view.jobs[job].admitted_time))
-                self.stats.placements += len(chunk.jobs)
+                self.stats.placements += len(placed)
             t2 = time.perf_counter()
             self.stats.seconds["append"] += t2 - t1
             if conflicted:  # another writer moved a node we used: see what it did before planning again

@@ -1,51 +1,80 @@
-"""Placement decisions: pending jobs -> ``JobPlaced`` events with the node versions they read.
+"""Placement decisions: one scheduling cycle on the folded view -> the events of one append.
 
-Pure: ``plan(view, job_ids, profile, rng)`` runs one core cycle on a copy of the folded cluster
-and returns the events and expected versions of one append.  Every ``JobPlaced`` goes on the
-job's stream (expected: the version read, so a job is never placed twice) and on the stream of
-every node it binds (expected: the node's version read, so no GPU is ever given twice: if another
-worker changed one of those nodes first, the whole append fails and the worker re-plans).
+Pure: ``plan(view, job_ids, config, now, rng)`` runs ``run_cycle`` on a snapshot of the view
+(every pending job counts for queue shares and order; only this worker's own ``job_ids`` are
+acted on) and maps each intent to events:
+
+* ``Place``: ``JobPlaced`` on the job's stream (expected: the version read, so a job is never
+  placed twice) and on the stream of every node it binds (expected: the node's version read, so
+  no GPU is ever given twice: if another worker changed one of those nodes first, the append
+  fails and the worker re-plans);
+* ``Reserve`` / ``Release``: ``JobReserved`` / ``ReservationReleased`` on the job's stream;
+* ``Preempt``: ``PreemptionRequested`` on the victim's stream, expecting the version read, so a
+  victim is asked once per decision (carrying it out is the preemption service's work);
+* ``Resize``: not produced live yet (the workers run with elastic growth and shrink off; an
+  elastic job starts with as many replicas as fit between its minimum and maximum).
+
+Intents that belong together (a preemptor's reservation and its victims) form one unit; units
+are appended in chunks, each unit whole.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas.events import JobPlaced, TaskBinding
+from schemas.events import JobPlaced, JobReserved, PreemptionRequested, ReservationReleased, TaskBinding
 from shared.core.cluster import BoolArray
-from shared.core.cycle import PendingJob, run_cycle
-from shared.core.framework import Profile
+from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, run_cycle
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
+from shared.state.snapshot import SnapshotBuilder
 from shared.state.wire import job_stream, node_stream
+
+
+@dataclass
+class Unit:
+    """Events that must be appended together, and the job ids they concern (first: the owner)."""
+
+    jobs: list[str]
+    events: list[NewEvent] = field(default_factory=list)
+    expected: dict[str, int] = field(default_factory=dict)
+    placed: bool = False
 
 
 @dataclass(frozen=True)
 class Plan:
-    events: list[NewEvent]
-    expected: dict[str, int]
-    jobs: list[str]
+    units: list[Unit]
     unschedulable: dict[str, str]
 
-    def chunks(self, jobs_per_chunk: int) -> list[Plan]:
-        """The plan as consecutive appends of at most ``jobs_per_chunk`` jobs each, in plan order.
+    @property
+    def events(self) -> list[NewEvent]:
+        return [e for u in self.units for e in u.events]
 
-        Each chunk expects the node versions the plan read, except for nodes an earlier chunk of
-        the same plan changed: those expect the versions that chunk leaves behind.
-        """
-        out: list[Plan] = []
+    @property
+    def jobs(self) -> list[str]:
+        """Jobs placed by this plan, in plan order."""
+        return [u.jobs[0] for u in self.units if u.placed]
+
+    def chunks(self, units_per_chunk: int) -> list[tuple[list[NewEvent], dict[str, int], list[str]]]:
+        """(events, expected versions, jobs placed) of consecutive appends of at most
+        ``units_per_chunk`` units, in plan order.  A stream an earlier chunk of the same plan
+        wrote is expected at the version that chunk leaves behind."""
+        out = []
         heads: dict[str, int] = {}
-        for start in range(0, len(self.jobs), jobs_per_chunk):
-            jobs = set(self.jobs[start : start + jobs_per_chunk])
-            events = [e for e in self.events if str(e.data["job_id"]) in jobs]
-            expected = {e.stream: heads.get(e.stream, self.expected[e.stream]) for e in events}
+        for start in range(0, len(self.units), units_per_chunk):
+            units = self.units[start : start + units_per_chunk]
+            events = [e for u in units for e in u.events]
+            expected: dict[str, int] = {}
+            for u in units:
+                for stream, version in u.expected.items():
+                    expected.setdefault(stream, heads.get(stream, version))
             for e in events:
-                heads[e.stream] = heads.get(e.stream, self.expected[e.stream]) + 1
-            out.append(Plan(events, expected, self.jobs[start : start + jobs_per_chunk], {}))
+                heads[e.stream] = heads.get(e.stream, expected[e.stream]) + 1
+            out.append((events, expected, [u.jobs[0] for u in units if u.placed]))
         return out
 
 
@@ -57,47 +86,100 @@ def shard_mask(names: tuple[str, ...], shard: tuple[int, int] | None) -> BoolArr
     return np.array([zlib.crc32(name.encode()) % n == k for name in names], dtype=np.bool_)
 
 
+def _event(stream: str, event: object) -> NewEvent:
+    data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
+    return NewEvent(stream, data["type"], data)
+
+
 def plan(
     view: ClusterView,
     job_ids: Collection[str],
-    profile: Profile,
+    config: CycleConfig,
+    now: float,
     rng: np.random.Generator,
-    max_jobs: int = 500,
     preferred: BoolArray | None = None,
+    builder: SnapshotBuilder | None = None,
 ) -> Plan:
-    cluster = view.cluster
-    if cluster is None:
-        return Plan([], {}, [], {})
-    records = [j for j in view.pending() if j.spec.id in job_ids]
-    pending = [PendingJob(j.spec.id, j.shape, j.spec.replicas) for j in records]
-    result = run_cycle(cluster, pending, profile, rng, max_jobs=max_jobs, preferred=preferred)
-    events: list[NewEvent] = []
-    expected: dict[str, int] = {}
-    for record in records:
-        placements = result.placed.get(record.spec.id)
-        if not placements:
-            continue
-        nodes = sorted({cluster.names[p.node] for p in placements})
-        versions = {n: view.node_version(n) for n in nodes}
-        bindings = [
-            TaskBinding(
-                task=i,
-                node=cluster.names[p.node],
-                gpus=list(p.gpus),
-                gpu_milli=p.task.gpu_milli,
-                cpu_milli=p.task.cpu_milli,
-                memory_mib=p.task.memory_mib,
+    snapshot = (builder or SnapshotBuilder()).build(view, now, job_ids, preferred)
+    if snapshot is None:
+        return Plan([], {})
+    cluster = snapshot.cluster
+    result = run_cycle(snapshot, config, now, rng)
+    units: dict[str, Unit] = {}
+    order: list[str] = []
+
+    def unit(owner: str) -> Unit:
+        if owner not in units:
+            units[owner] = Unit([owner])
+            order.append(owner)
+        return units[owner]
+
+    for intent in result.intents:
+        if isinstance(intent, Place):
+            record = view.jobs[intent.job]
+            placements = intent.placements
+            nodes = sorted({cluster.names[p.node] for p in placements})
+            versions = {n: view.node_version(n) for n in nodes}
+            bindings = [
+                TaskBinding(
+                    task=i,
+                    node=cluster.names[p.node],
+                    gpus=list(p.gpus),
+                    gpu_milli=p.task.gpu_milli,
+                    cpu_milli=p.task.cpu_milli,
+                    memory_mib=p.task.memory_mib,
+                )
+                for i, p in enumerate(placements)
+            ]
+            placed = JobPlaced(
+                job_id=intent.job,
+                attempt=record.status.attempt,
+                bindings=bindings,
+                policy=config.profile.name,
+                node_versions=versions,
             )
-            for i, p in enumerate(placements)
-        ]
-        event = JobPlaced(
-            job_id=record.spec.id, bindings=bindings, policy=profile.name, node_versions=versions
-        )
-        data = event.model_dump(mode="json", by_alias=True)
-        events.append(NewEvent(job_stream(record.spec.id), event.type, data))
-        expected[job_stream(record.spec.id)] = record.version
-        for n in nodes:
-            events.append(NewEvent(node_stream(n), event.type, data))
-            expected[node_stream(n)] = versions[n]
-    reasons = {job: status.reason for job, status in result.unschedulable.items()}
-    return Plan(events, expected, list(result.placed), reasons)
+            u = unit(intent.job)
+            u.placed = True
+            u.events.append(_event(job_stream(intent.job), placed))
+            u.expected.setdefault(job_stream(intent.job), record.version)
+            for n in nodes:
+                u.events.append(_event(node_stream(n), placed))
+                u.expected[node_stream(n)] = versions[n]
+        elif isinstance(intent, Reserve):
+            r = intent.reservation
+            event = JobReserved(
+                job_id=r.job,
+                nodes=[cluster.names[n] for n in r.nodes],
+                expected_start=r.expected_start,
+                timeout_at=r.timeout_at,
+                preemption=r.preemption,
+            )
+            u = unit(r.job)
+            u.events.append(_event(job_stream(r.job), event))
+            u.expected.setdefault(job_stream(r.job), view.jobs[r.job].version)
+        elif isinstance(intent, Release):
+            released = ReservationReleased(
+                job_id=intent.job, reason=intent.reason, backoff_until=intent.backoff_until
+            )
+            u = unit(intent.job)
+            u.events.append(_event(job_stream(intent.job), released))
+            u.expected.setdefault(job_stream(intent.job), view.jobs[intent.job].version)
+        elif isinstance(intent, Preempt):
+            victim = view.jobs[intent.victim]
+            request = PreemptionRequested(
+                job_id=intent.victim,
+                by_job=intent.by,
+                grace_s=intent.grace_s,
+                reason=intent.reason,
+                attempt=victim.status.attempt,
+            )
+            u = unit(intent.by)
+            u.jobs.append(intent.victim)
+            u.events.append(_event(job_stream(intent.victim), request))
+            u.expected.setdefault(job_stream(intent.victim), victim.version)
+    reasons = {
+        job: status.reason or status.plugin
+        for job, status in result.unschedulable.items()
+        if snapshot.actionable is None or job in snapshot.actionable
+    }
+    return Plan([units[o] for o in order], reasons)

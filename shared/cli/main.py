@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES
+from shared.sim.policies import TIMELINE_POLICIES
 from shared.sim.trace import TraceError
 
 TRACES = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "alibaba-gpu-v2023"
@@ -29,6 +30,9 @@ class Mode(StrEnum):
     timeline = "timeline"
 
 
+PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
+
+
 @app.command()
 def simulate(
     nodes: Annotated[
@@ -37,12 +41,22 @@ def simulate(
     pods: Annotated[
         Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, ...)")
     ] = DEFAULT_PODS,
+    philly: Annotated[
+        Path | None,
+        typer.Option(help="timeline: a folder of Philly *.trace files (Gavel's per-VC traces), merged"),
+    ] = None,
+    throughputs: Annotated[
+        Path, typer.Option(help="timeline with --philly: Gavel's isolated throughputs CSV")
+    ] = PHILLY / "gavel_isolated_throughputs.csv",
     policy: Annotated[
-        str, typer.Option(help=f"comma-separated policies: {' '.join(POLICY_NAMES)}")
+        str,
+        typer.Option(
+            help=f"comma-separated; fill: {' '.join(POLICY_NAMES)}; timeline: {' '.join(TIMELINE_POLICIES)}"
+        ),
     ] = DEFAULT_POLICY,
     seeds: Annotated[str, typer.Option(help="seeds, e.g. 42-51 or 42,43")] = "42",
     mode: Annotated[
-        Mode, typer.Option(help="fill: FGD paper protocol; timeline: arrivals and departures")
+        Mode, typer.Option(help="fill: FGD paper protocol; timeline: arrivals, waits, preemptions, ends")
     ] = Mode.fill,
     out: Annotated[Path, typer.Option(help="output folder for summary.json, curves.csv, figures")] = Path(
         "out/sim"
@@ -50,29 +64,84 @@ def simulate(
     inflation: Annotated[
         float, typer.Option(help="fill: arrive pods up to this multiple of the cluster's GPUs")
     ] = 1.3,
-    speedup: Annotated[
+    load: Annotated[
+        float, typer.Option(help="timeline with --philly: size the cluster for this offered load")
+    ] = 0.9,
+    compress: Annotated[
         float, typer.Option(help="timeline: divide arrival times by this (run times unchanged)")
     ] = 1.0,
+    elastic_fraction: Annotated[
+        float, typer.Option(help="timeline with --philly: share of 2-8 GPU jobs made elastic (1..k)")
+    ] = 0.0,
+    scorer: Annotated[
+        str, typer.Option(help="timeline: the placement scorer every policy uses")
+    ] = DEFAULT_POLICY,
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
-    """Replay a trace through the scheduling core and compare policies (FGD paper's figures)."""
-    from shared.cli.simulate import parse_seeds
+    """Replay a trace through the scheduling core and compare policies.
+
+    fill: the FGD paper's protocol (pods arrive in random order and never leave).  timeline:
+    jobs arrive at their trace times and run their trace durations under a scheduling policy
+    (fifo, fifo-backfill, drf, las, sjf, tessera), with queues, waits, preemptions and fairness.
+    """
+    from shared.cli.simulate import Source, parse_seeds
     from shared.cli.simulate import simulate as run
 
+    names = TIMELINE_POLICIES if mode is Mode.timeline else POLICY_NAMES
     chosen = [p.strip() for p in policy.split(",") if p.strip()]
-    unknown = [p for p in chosen if p not in POLICY_NAMES]
+    unknown = [p for p in chosen if p not in names]
     if unknown or not chosen:
         raise typer.BadParameter(
-            f"unknown policy {unknown}; choose from {', '.join(POLICY_NAMES)}", param_hint="--policy"
+            f"unknown {mode.value} policy {unknown}; choose from {', '.join(names)}", param_hint="--policy"
         )
+    if scorer not in POLICY_NAMES:
+        raise typer.BadParameter(f"choose from {', '.join(POLICY_NAMES)}", param_hint="--scorer")
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--seeds") from None
     if inflation < 1.0:
         raise typer.BadParameter("must be at least 1.0", param_hint="--inflation")
+    if compress <= 0 or not 0 < load <= 2 or not 0 <= elastic_fraction <= 1:
+        raise typer.BadParameter("--compress > 0, 0 < --load <= 2, 0 <= --elastic-fraction <= 1")
+    if philly is not None and mode is not Mode.timeline:
+        raise typer.BadParameter(
+            "Philly traces have no fill protocol: add --mode timeline", param_hint="--philly"
+        )
+    source = Source(
+        nodes, pods, philly, throughputs if philly is not None else None, load, compress, elastic_fraction
+    )
     try:
-        run(nodes, pods, chosen, seed_list, mode.value, out, inflation, speedup, workers, console)
+        run(source, chosen, seed_list, mode.value, out, inflation, workers, console, scorer)
+    except TraceError as exc:
+        console.print(f"[red]trace error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def bound(
+    nodes: Annotated[Path, typer.Option(help="node list CSV")] = DEFAULT_NODES,
+    pods: Annotated[Path, typer.Option(help="pod list CSV")] = DEFAULT_PODS,
+    seeds: Annotated[str, typer.Option(help="seeds of the fill order, e.g. 42-51")] = "42-44",
+    arrived: Annotated[str, typer.Option(help="arrived GPU load(s) in %, e.g. 90,95,100")] = "100",
+    out: Annotated[Path, typer.Option(help="output folder for bound.json")] = Path("out/bound"),
+    inflation: Annotated[float, typer.Option(help="as in simulate --mode fill")] = 1.3,
+    workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
+) -> None:
+    """Upper bound on the GPU share any policy could allocate at an arrived load (fill protocol):
+    a clairvoyant offline packing of the same pods, bounded by a configuration LP (HiGHS)."""
+    from shared.cli.bound import bound as run
+    from shared.cli.simulate import parse_seeds
+
+    try:
+        seed_list = parse_seeds(seeds)
+        points = sorted({int(a) for a in arrived.split(",") if a.strip()})
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not points or any(not 1 <= a <= 130 for a in points):
+        raise typer.BadParameter("arrived loads must lie in 1..130", param_hint="--arrived")
+    try:
+        run(nodes, pods, seed_list, points, out, inflation, workers, console)
     except TraceError as exc:
         console.print(f"[red]trace error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -178,6 +247,14 @@ def submit(
             where = ".".join(str(p) for p in err["loc"])
             console.print(f"[red]{job_file}: {where}: {err['msg']}[/red]")
         raise typer.Exit(2) from None
+    from shared.state.honoured import unhonoured
+
+    refused = {spec.id: unhonoured(spec) for spec in specs if unhonoured(spec)}
+    for job, reasons in refused.items():
+        for reason in reasons:
+            console.print(f"[red]{job_file}: {job}: {reason}[/red]")
+    if refused:
+        raise typer.Exit(2)
     asyncio.run(stack.submit(specs))
     for spec in specs:
         console.print(f"submitted {spec.id} ({spec.replicas} replica(s)) to queue {spec.queue}")
@@ -223,22 +300,7 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
                 f"{cpu_used:.1f}",
             )
     console.print(nodes)
-    queues = Table(title="queues")
-    for col in ("queue", "pending", "placed", "running", "finished", "failed", "cancelled"):
-        queues.add_column(col, justify="right" if col != "queue" else "left")
-    per_queue: dict[str, dict[str, int]] = {}
-    for record in view.jobs.values():
-        per_queue.setdefault(record.spec.queue, {}).setdefault(record.state, 0)
-        per_queue[record.spec.queue][record.state] += 1
-    for q, counts in sorted(per_queue.items()):
-        queues.add_row(
-            q,
-            *[
-                str(counts.get(c, 0))
-                for c in ("pending", "placed", "running", "finished", "failed", "cancelled")
-            ],
-        )
-    console.print(queues)
+    console.print(queue_table(view))
     recent = Table(title=f"latest {jobs} jobs ({len(view.jobs)} admitted, {len(rejections)} rejected)")
     for col in ("job", "tenant", "queue", "state", "nodes"):
         recent.add_column(col)
@@ -330,6 +392,77 @@ def demo(
     if not keep:
         stack.stop_all()
         console.print("services stopped (PostgreSQL and Kafka keep running: tessera infra down)")
+
+
+def queue_table(view: object) -> object:
+    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), and job counts."""
+    from rich.table import Table
+
+    from shared.state.fold import ClusterView
+    from shared.state.queue_usage import queue_usage
+
+    assert isinstance(view, ClusterView)
+    table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
+    for col in ("queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"):
+        table.add_column(col, justify="left" if col == "queue" else "right")
+    depth = {"root": -1}
+    for q in queue_usage(view):
+        depth[q.name] = depth.get(q.parent, -1) + 1
+        table.add_row(
+            "  " * depth[q.name] + q.name,
+            f"{q.guarantee_gpu:g}",
+            "∞" if q.max_gpu == float("inf") else f"{q.max_gpu:g}",
+            f"{q.deserved_gpu:.1f}",
+            f"{q.used_gpu:.1f}",
+            f"{q.borrowed_gpu:.1f}",
+            str(q.pending),
+            str(q.running),
+        )
+    return table
+
+
+queue_app = typer.Typer(help="The queue tree: weights, guarantees, limits, tenants (stored as events).")
+app.add_typer(queue_app, name="queue")
+
+
+@queue_app.command("apply")
+def queue_apply(
+    tree_file: Annotated[Path, typer.Argument(help="YAML queue tree (kind: QueueTree)")],
+) -> None:
+    """Validate a queue tree and produce it to Kafka; admission stores it as ``QueuesApplied``."""
+    import asyncio
+
+    import yaml
+    from pydantic import ValidationError
+
+    from schemas.queues import QueueTreeSpec
+    from shared.cli import stack
+    from shared.state.wire import queue_tree
+
+    try:
+        tree = QueueTreeSpec.model_validate(yaml.safe_load(tree_file.read_text()))
+        queue_tree(tree)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            console.print(f"[red]{tree_file}: {where}: {err['msg']}[/red]")
+        raise typer.Exit(2) from None
+    except ValueError as exc:
+        console.print(f"[red]{tree_file}: {exc}[/red]")
+        raise typer.Exit(2) from None
+    asyncio.run(stack.apply_queues(tree))
+    console.print(f"applied {len(tree.walk())} queue(s) from {tree_file}")
+
+
+@queue_app.command("show")
+def queue_show() -> None:
+    """The queues as the event store has them: guarantee, deserved share, usage, borrowing."""
+    import asyncio
+
+    from shared.cli import stack
+
+    view, _ = asyncio.run(stack.read_view())
+    console.print(queue_table(view))
 
 
 @app.command()

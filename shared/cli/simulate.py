@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -13,11 +13,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from shared.core.fragmentation import TypicalWorkload
+from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
-from shared.sim.report import SUMMARY_POINTS, write_fill, write_timeline
-from shared.sim.timeline import TimelineResult, run_timeline
+from shared.sim.metrics import SIZE_CLASSES
+from shared.sim.policies import timeline_config
+from shared.sim.report import SUMMARY_POINTS, timeline_record, write_fill, write_timeline
+from shared.sim.timeline import run_timeline
 from shared.sim.trace import TracePod, load_nodes, load_pods
+from shared.sim.workload import Workload, openb_workload, philly_workload
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -41,14 +45,30 @@ def parse_seeds(text: str) -> list[int]:
 
 
 @dataclass(frozen=True)
-class Job:
+class Source:
+    """Where a timeline workload comes from: an openb pod list, or Philly traces."""
+
     nodes: Path
     pods: Path
+    philly: Path | None = None
+    throughputs: Path | None = None
+    load: float = 0.9
+    compress: float = 1.0
+    elastic_fraction: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return "philly" if self.philly is not None else self.pods.stem
+
+
+@dataclass(frozen=True)
+class Job:
+    source: Source
     policy: str
     seed: int
     mode: str
     inflation: float
-    speedup: float
+    scorer: str = "tessera"
 
 
 @cache
@@ -58,30 +78,56 @@ def _load(nodes: Path, pods: Path) -> tuple[list[NodeSpec], list[TracePod], Typi
     return node_list, pod_list, TypicalWorkload.from_tasks(p.shape for p in pod_list)
 
 
-def run_job(job: Job) -> FillResult | TimelineResult:
-    nodes, pods, workload = _load(job.nodes, job.pods)
+@cache
+def load_workload(source: Source) -> Workload:
+    if source.philly is not None:
+        assert source.throughputs is not None
+        return philly_workload(
+            source.philly, source.throughputs, source.load, source.compress, source.elastic_fraction
+        )
+    nodes, pods, _ = _load(source.nodes, source.pods)
+    if source.compress != 1.0:
+        pods = [_compressed(p, source.compress) for p in pods]
+    return openb_workload(nodes, pods, source.pods.stem)
+
+
+def _compressed(pod: TracePod, factor: float) -> TracePod:
+    """The pod arriving ``factor`` times sooner, running as long as before."""
+    start = pod.creation_time / factor
+    end = None if pod.deletion_time is None else start + (pod.deletion_time - pod.creation_time)
+    return replace(pod, creation_time=start, deletion_time=end)
+
+
+def run_job(job: Job) -> FillResult | dict[str, object]:
+    """One simulation; a timeline run returns its summary and curves (small enough to pickle)."""
     if job.mode == "fill":
+        nodes, pods, workload = _load(job.source.nodes, job.source.pods)
         return run_fill(nodes, pods, job.policy, job.seed, job.inflation, workload)
-    return run_timeline(nodes, pods, job.policy, job.seed, workload, speedup=job.speedup)
+    wl = load_workload(job.source)
+    profile = build_profile(job.scorer, TypicalWorkload.from_tasks(j.shape for j in wl.jobs))
+    result = run_timeline(wl, job.policy, timeline_config(job.policy, profile), job.seed)
+    return timeline_record(result)
 
 
 def simulate(
-    nodes: Path,
-    pods: Path,
+    source: Source,
     policies: list[str],
     seeds: list[int],
     mode: str,
     out: Path,
     inflation: float,
-    speedup: float,
     workers: int,
     console: Console,
+    scorer: str = "tessera",
 ) -> dict[str, object]:
     # Fail on a bad trace here, with its line number, before any worker starts.
-    _load(nodes, pods)
-    jobs = [Job(nodes, pods, p, s, mode, inflation, speedup) for p in policies for s in seeds]
+    if mode == "fill":
+        _load(source.nodes, source.pods)
+    else:
+        load_workload(source)
+    jobs = [Job(source, p, s, mode, inflation, scorer) for p in policies for s in seeds]
     workers = max(1, min(workers or (os.cpu_count() or 1), len(jobs)))
-    results: list[FillResult | TimelineResult] = []
+    results: list[FillResult | dict[str, object]] = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{mode} runs ({workers} worker(s))", total=len(jobs))
@@ -91,18 +137,19 @@ def simulate(
                 progress.advance(task)
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures: list[Future[FillResult | TimelineResult]] = [pool.submit(run_job, j) for j in jobs]
+                futures: list[Future[FillResult | dict[str, object]]] = [
+                    pool.submit(run_job, j) for j in jobs
+                ]
                 for future in futures:
                     results.append(future.result())
                     progress.advance(task)
-    trace = pods.stem
     if mode == "fill":
         fill = [r for r in results if isinstance(r, FillResult)]
-        summary = write_fill(fill, out, trace, nodes.stem)
+        summary = write_fill(fill, out, source.pods.stem, source.nodes.stem)
         _print_fill(summary, console)
     else:
-        timeline = [r for r in results if isinstance(r, TimelineResult)]
-        summary = write_timeline(timeline, out, trace, nodes.stem)
+        records = [r for r in results if isinstance(r, dict)]
+        summary = write_timeline(records, out, source.name, load_workload(source))
         _print_timeline(summary, console)
     console.print(f"wrote {out / 'summary.json'}, {out / 'curves.csv'} and figures")
     return summary
@@ -125,11 +172,35 @@ def _print_fill(summary: dict[str, object], console: Console) -> None:
 def _print_timeline(summary: dict[str, object], console: Console) -> None:
     policies = summary["policies"]
     assert isinstance(policies, dict)
-    table = Table(title=f"timeline replay (median over seeds) — {summary['trace']}")
-    keys = list(next(iter(policies.values())).keys())
+    table = Table(
+        title=f"timeline replay (median over seeds) — {summary['trace']}, load {summary['offered_load']}"
+    )
+    columns = [
+        "avg JCT h",
+        *(f"p95 wait {c} h" for c in SIZE_CLASSES),
+        "Jain",
+        "util %",
+        "preempt",
+        "max/job",
+        "lost %",
+    ]
     table.add_column("policy")
-    for key in keys:
-        table.add_column(key, justify="right")
+    for c in columns:
+        table.add_column(c, justify="right")
+
+    def hours(v: object) -> str:
+        return "—" if v is None else f"{float(v) / 3600:.2f}"  # type: ignore[arg-type]
+
     for name, row in policies.items():
-        table.add_row(name, *[str(row[k]) for k in keys])
+        waits = row["wait_p95_s"]
+        table.add_row(
+            name,
+            hours(row["avg_jct_s"]),
+            *(hours(waits[c]) for c in SIZE_CLASSES),
+            f"{row['jain']:.3f}",
+            f"{row['utilisation']:.1f}",
+            str(row["preemptions"]),
+            str(row["max_preemptions_per_job"]),
+            f"{row['gpu_hours_lost_pct']:.2f}",
+        )
     console.print(table)

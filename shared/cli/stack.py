@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from schemas import JobSpec, SubmitJob
+from schemas import ApplyQueues, JobSpec, SubmitJob
+from schemas.queues import QueueTreeSpec
 from shared.bus import BusProducer, ensure_topics
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
@@ -184,6 +185,24 @@ async def submit(
             if on_sent is not None:
                 on_sent(1)
     return sent
+
+
+async def apply_queues(tree: QueueTreeSpec, settings: Settings | None = None) -> None:
+    """Produce ``ApplyQueues`` (admission appends ``QueuesApplied``) and wait until it is in the log."""
+    settings = settings or Settings()
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=settings.topics)
+    store = await PostgresEventStore.connect(settings.database_url, max_size=1)
+    try:
+        before = len(await store.read_stream("queues"))
+        async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
+            await producer.send_model(settings.topics.submissions, ApplyQueues(tree=tree), key="queues")
+        for _ in range(150):
+            if len(await store.read_stream("queues")) > before:
+                return
+            await asyncio.sleep(0.2)
+        raise TimeoutError("the queue tree did not reach the event log in 30 s: is admission running?")
+    finally:
+        await store.close()
 
 
 async def log_head(settings: Settings | None = None) -> int:

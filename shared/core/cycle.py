@@ -1,78 +1,201 @@
-"""One scheduling cycle: place pending jobs on a snapshot, all replicas of a job or none.
+"""One scheduling cycle: ``run_cycle(snapshot, config, now, rng) -> CycleResult``.
 
-1. Work on a private copy of the cluster (the snapshot), never the caller's state.
-2. Take the pending jobs in the order given (the caller orders them: priority, admission, id).
-3. For each job, decide every replica in turn, staging each placement on the copy (a Volcano
-   "statement"); if any replica does not fit, discard the job's staged placements, so a gang never
-   holds part of its resources.
-   With ``preferred`` nodes (a placement worker's own share), each replica is first tried on
-   those and only then on any node, so workers sharing a cluster seldom race for one node.
-   A cycle only ever fills the copy, so once a shape failed with ``k`` replicas every later job of
-   that shape with ``k`` or more replicas fails too: it gets the same status without a search
-   (a full cluster with thousands of waiting jobs then costs one search per distinct shape).
-4. Return the placements intended and the reasons for the jobs that did not fit.  Nothing is
-   written: the shell turns the result into events and appends them with the node versions read.
+The only entry point through which anything is scheduled: the offline simulator (``fill`` and
+``timeline``) and the live placement workers call it, so they cannot disagree.  Pure: it reads
+its arguments, never the clock or the environment, and writes nothing; the same inputs and seed
+give the same intents.
+
+Stages run in order over one private copy of the cluster, each staging its changes in a
+:class:`~shared.core.statement.Statement` committed or discarded whole (Volcano's actions):
+
+1. **enqueue** (``actions/enqueue.py``): each queue's usage, demand and deserved share (the
+   tree's water-filling); the pending jobs of each queue in the order plugin's order; jobs that
+   would take their queue (or an ancestor) past its ``max`` wait with ``queue-max``.
+2. **allocate** (``actions/allocate.py``): repeatedly the queue furthest below its deserved
+   share (DRF) offers its next job; the job's fewest replicas are placed all or nothing, an
+   elastic job takes more up to its size; reserved nodes are closed to other jobs.  A large
+   blocked job reserves the nodes where it will start first (``actions/reserve.py``); a
+   strict-FIFO policy stops at the first job that does not fit.
+3. **preempt / reclaim** (``actions/preempt.py``): a blocked job may evict lower-priority work of
+   its own queue, anyone's once it waited past its queue's ``preempt-after``, and borrowed
+   work of queues above their deserved share while its own queue is below; victims minimise
+   (priority, GPU-time lost, number of victims, GPU left over); elastic jobs shrink instead.
+4. **backfill** (``actions/backfill.py``): a blocked job may use reserved room if it is expected
+   to end before the reservation starts (EASY); running elastic jobs then grow into idle room.
+
+The result is a list of intents; the shell turns them into events (or simulated effects) and
+nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from shared.core.cluster import BoolArray, ClusterState, Placement
-from shared.core.framework import Profile, Status, decide
-from shared.core.task import TaskShape
+from shared.core.framework import Profile, Status
+from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
+from shared.core.plugins.order.base import JobOrder
+from shared.core.plugins.order.priority_age import PriorityAge
+from shared.core.queues import QueueTree, open_tree
+
+
+# -- intents -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Start ``job`` with these placements (one per task, task i = placements[i])."""
+
+    job: str
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Hold ``nodes`` for ``job`` (new or renewed); see :class:`~shared.core.jobs.Reservation`."""
+
+    reservation: Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give up ``job``'s reservation; it may not reserve again before ``backoff_until``."""
+
+    job: str
+    reason: str
+    backoff_until: float
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Evict ``victim`` (all its tasks) for ``by``; it may checkpoint within ``grace_s``."""
+
+    victim: str
+    by: str
+    grace_s: float
+    reason: str
+    lost_gpu_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Change a running elastic job to ``replicas`` tasks: ``added`` placements start new
+    tasks (numbered after the existing ones), ``removed`` tasks (the highest-numbered) stop."""
+
+    job: str
+    replicas: int
+    added: tuple[Placement, ...] = ()
+    removed: tuple[int, ...] = ()
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    job: str
+    status: Status
+
+
+Intent = Place | Reserve | Release | Preempt | Resize | Unschedulable
+AnIntent = TypeVar("AnIntent", Place, Reserve, Release, Preempt, Resize, Unschedulable)
+
+
+# -- inputs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a decision may read.  ``cluster`` already holds the running jobs' resources."""
+
+    cluster: ClusterState
+    pending: Sequence[Job]
+    running: Sequence[Running] = ()
+    queues: QueueTree | None = None  # None: one open queue per queue name the jobs use
+    reservations: Mapping[str, Reservation] = field(default_factory=dict)
+    backoff: Mapping[str, float] = field(default_factory=dict)  # job -> may reserve again at
+    estimator: RuntimeEstimator = field(default_factory=RuntimeEstimator)
+    actionable: frozenset[str] | None = None
+    """Jobs this caller may act on (a placement worker's own work items); None: all.  The others
+    still count for queue shares and orders."""
+    preferred: BoolArray | None = None
+    """Nodes to try first (a worker's own share), then any node."""
 
 
 @dataclass(frozen=True)
-class PendingJob:
-    job_id: str
-    shape: TaskShape
-    replicas: int
+class CycleConfig:
+    """A policy: the placement profile and which stages do what.  The baselines of the timeline
+    simulator are configurations of this one cycle (``shared/sim/policies.py``)."""
+
+    profile: Profile
+    order: JobOrder = field(default_factory=PriorityAge)
+    fair_share: bool = True
+    """Queues take turns by DRF against their deserved share; False: one order over all jobs."""
+    strict: bool = False
+    """Stop at the first job that does not fit (FIFO's head-of-line blocking)."""
+    reserve: bool = True
+    max_reservations: int = 4
+    reserve_min_gpus: float = 8.0
+    """Jobs at least this large (GPUs of one full run) reserve when blocked..."""
+    reserve_after_s: float = 4 * 3600.0
+    """... and so does any job blocked this long."""
+    reserve_timeout_s: float = 3600.0
+    """How long past its expected start a non-gang reservation is held (gangs: their timeout)."""
+    backfill: bool = True
+    preempt: bool = True
+    reclaim: bool = True
+    elastic: bool = True
+    grace_s: float = 30.0
+    """Checkpointable victims' time to checkpoint (others are stopped at once)."""
+    restart_overhead_s: float = 60.0
+    """What a checkpointed victim loses: the time to save and reload (GPU-seconds per GPU)."""
+    min_runtime_s: float = 600.0
+    """A job that started less than this long ago is not evicted."""
+    max_preemptions: int = 3
+    """A job preempted this often is not evicted again (no preemption loops)."""
+    max_preemptors: int = 16
+    max_jobs: int | None = None
+    """Jobs placed per cycle at most (None: no limit)."""
+    queue_depth: int | None = None
+    """Pending jobs a cycle looks at, at most, in its order (Slurm's ``default_queue_depth``):
+    bounds a cycle's cost when thousands wait; the rest wait for a later cycle (None: all)."""
 
 
+# -- output --------------------------------------------------------------------------------------
 @dataclass
 class CycleResult:
+    intents: list[Intent] = field(default_factory=list)
+    """What to do, in order.  The jobs left waiting are in ``unschedulable`` (with why), not
+    here: thousands of them wait in a busy cycle, and most shells only count them."""
     placed: dict[str, list[Placement]] = field(default_factory=dict)
     unschedulable: dict[str, Status] = field(default_factory=dict)
     touched: set[int] = field(default_factory=set)  # node indices whose state the cycle changes
+    reservations: dict[str, Reservation] = field(default_factory=dict)  # held after the cycle
+    backoff: dict[str, float] = field(default_factory=dict)
+    wake_at: float = float("inf")
+    """The earliest moment a rule that depends on time (a reservation's timeout, a backoff, a
+    victim's minimum run time, a queue's preempt-after) changes: the shell should run a cycle then
+    even if nothing else happens."""
+
+    def of(self, kind: type[AnIntent]) -> list[AnIntent]:
+        """The intents of one kind, in order."""
+        return [i for i in self.intents if isinstance(i, kind)]
+
+    def all_intents(self) -> list[Intent]:
+        """``intents`` followed by one ``Unschedulable`` per job left waiting."""
+        return [*self.intents, *(Unschedulable(j, s) for j, s in self.unschedulable.items())]
 
 
-def run_cycle(
-    snapshot: ClusterState,
-    pending: Sequence[PendingJob],
-    profile: Profile,
-    rng: np.random.Generator,
-    max_jobs: int | None = None,
-    preferred: BoolArray | None = None,
-) -> CycleResult:
-    work = snapshot.copy()
-    result = CycleResult()
-    failed: dict[TaskShape, tuple[int, Status]] = {}  # shape -> fewest replicas that failed, why
-    for job in pending:
-        if max_jobs is not None and len(result.placed) >= max_jobs:
-            break
-        known = failed.get(job.shape)
-        if known is not None and job.replicas >= known[0]:
-            result.unschedulable[job.job_id] = known[1]
-            continue
-        staged: list[Placement] = []
-        for _ in range(job.replicas):
-            decision = decide(work, job.shape, profile, rng, preferred) if preferred is not None else None
-            if decision is None or not decision.status.ok:
-                decision = decide(work, job.shape, profile, rng)
-            if not decision.status.ok:
-                for p in reversed(staged):
-                    work.remove(p)
-                result.unschedulable[job.job_id] = decision.status
-                if known is None or job.replicas < known[0]:
-                    failed[job.shape] = (job.replicas, decision.status)
-                staged = []
-                break
-            staged.append(work.place(decision.node, job.shape, decision.gpus))
-        if staged:
-            result.placed[job.job_id] = staged
-            result.touched.update(p.node for p in staged)
-    return result
+def run_cycle(snapshot: Snapshot, config: CycleConfig, now: float, rng: np.random.Generator) -> CycleResult:
+    from shared.core.actions import allocate, backfill, enqueue, preempt
+    from shared.core.actions.context import CycleContext
+
+    queues = snapshot.queues
+    if queues is None:
+        names = {j.queue for j in snapshot.pending} | {r.job.queue for r in snapshot.running}
+        queues = open_tree(sorted(names) or ["default"])
+    ctx = CycleContext(snapshot, config, now, rng, queues)
+    enqueue.run(ctx)
+    allocate.run(ctx)
+    if not config.strict:
+        preempt.run(ctx)
+        backfill.run(ctx)
+    return ctx.finish()

@@ -27,8 +27,20 @@ class TaskShape:
     num_gpu: int = 0
     gpu_milli: int = 0
     gpu_models: tuple[str, ...] = ()
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Shapes key the scorers' caches and every per-shape shortcut of a cycle, millions of
+        # lookups in a long simulation: the generated hash rebuilt a tuple each time.
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[TaskShape], tuple[int, int, int, int, tuple[str, ...]]]:
+        # Rebuilt (and re-hashed) on unpickling: string hashes differ between processes.
+        return (TaskShape, (self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, self.gpu_models))
 
     def __post_init__(self) -> None:
+        key = (self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, self.gpu_models)
+        object.__setattr__(self, "_hash", hash(key))
         if self.cpu_milli < 0 or self.memory_mib < 0 or self.num_gpu < 0 or self.gpu_milli < 0:
             raise ValueError(f"negative request in {self!r}")
         if self.num_gpu == 0 and self.gpu_milli != 0:

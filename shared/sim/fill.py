@@ -22,8 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.core.cluster import ClusterState
+from shared.core.cycle import CycleConfig, Snapshot, run_cycle
 from shared.core.fragmentation import FragmentationModel, NodeFragmentation, TypicalWorkload
-from shared.core.framework import decide
+from shared.core.jobs import Job
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.trace import TracePod
@@ -42,7 +43,7 @@ class FillResult:
     frag_ratio: FloatArray  # fragmented GPU, % of idle GPUs
     pods: int
     failed: int
-    decisions_s: float  # seconds spent in decide()
+    decisions_s: float  # seconds spent in run_cycle (one cycle per pod)
 
     def at(self, series: str, arrived: int) -> float:
         values: FloatArray = getattr(self, series)
@@ -101,6 +102,10 @@ def run_fill(
     cluster = ClusterState([nodes[i] for i in node_rng.permutation(len(nodes))])
     typical = workload or TypicalWorkload.from_tasks(p.shape for p in pods)
     profile = build_profile(policy, typical)
+    # Pods never leave and each is tried once: the cycle's allocate stage alone decides.
+    config = CycleConfig(
+        profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False
+    )
     meter = NodeFragmentation(FragmentationModel(typical, cluster.models), cluster)
     order = fill_order(pods, cluster.total_gpu_milli, seed, inflation)
     rng = np.random.default_rng([seed, 2])
@@ -116,11 +121,14 @@ def run_fill(
     spent = 0.0
     for i, pod in enumerate(order):
         arrived_milli += pod.shape.total_gpu_milli
+        job = Job(id=pod.name, queue="default", tenant="", shape=pod.shape)
         start = time.perf_counter()
-        decision = decide(cluster, pod.shape, profile, rng)
+        result = run_cycle(Snapshot(cluster, [job]), config, 0.0, rng)
         spent += time.perf_counter() - start
-        if decision.status.ok:
-            cluster.place(decision.node, pod.shape, decision.gpus)
+        placements = result.placed.get(job.id)
+        if placements:
+            for p in placements:
+                cluster.place(p.node, p.task, p.gpus)
             used_milli += pod.shape.total_gpu_milli
         else:
             failed += 1

@@ -8,20 +8,20 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
 from shared.sim.fill import ARRIVED_POINTS, FillResult
+from shared.sim.metrics import SIZE_CLASSES, median_summary, size_class, summarise
 from shared.sim.timeline import TimelineResult
+from shared.sim.workload import Workload
 
 SUMMARY_POINTS = (90, 95, 100, 130)
-R = TypeVar("R", FillResult, TimelineResult)
 
 
-def by_policy(results: Sequence[R]) -> dict[str, list[R]]:
+def by_policy(results: Sequence[FillResult]) -> dict[str, list[FillResult]]:
     """Results grouped by policy, policies in the order they first appear."""
-    groups: dict[str, list[R]] = defaultdict(list)
+    groups: dict[str, list[FillResult]] = defaultdict(list)
     for r in results:
         groups[r.policy].append(r)
     return groups
@@ -85,29 +85,65 @@ def plot_fill(results: Sequence[FillResult], path: Path, series: str, ylabel: st
     plt.close(fig)
 
 
-def timeline_summary(results: Sequence[TimelineResult], trace: str, nodes: str) -> dict[str, object]:
-    policies: dict[str, object] = {}
-    for policy, runs in by_policy(results).items():
-        per_seed = [r.summary() for r in runs]
-        policies[policy] = {
-            k: round(statistics.median(float(s[k]) for s in per_seed), 3) for k in per_seed[0]
-        }
-    seeds = sorted({r.seed for r in results})
-    return {"policies": policies, "seeds": seeds, "mode": "timeline", "trace": trace, "nodes": nodes}
+def timeline_record(r: TimelineResult, points: int = 1000) -> dict[str, object]:
+    """What a timeline run leaves for the report: its figures, its curves resampled, and every
+    job's queueing delay by size class (for the wait CDF)."""
+    grid, alloc, queue = _resample(r, points)
+    waits: dict[str, list[float]] = {c: [] for c in SIZE_CLASSES}
+    for j in r.jobs:
+        waits[size_class(j.spec.gpus)].append(round(j.waited, 1))
+    return {
+        "policy": r.policy,
+        "seed": r.seed,
+        "summary": summarise(r),
+        "grid": grid.tolist(),
+        "alloc": alloc.tolist(),
+        "queue": queue.tolist(),
+        "waits": waits,
+        "offered_load": r.offered_load,
+    }
 
 
-def write_timeline(results: Sequence[TimelineResult], out: Path, trace: str, nodes: str) -> dict[str, object]:
+def timeline_summary(
+    records: Sequence[dict[str, object]], trace: str, workload: Workload
+) -> dict[str, object]:
+    groups: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for rec in records:
+        groups[str(rec["policy"])].append(rec)
+    policies = {
+        p: median_summary([rec["summary"] for rec in runs])  # type: ignore[misc]
+        for p, runs in groups.items()
+    }
+    seeds = sorted({int(rec["seed"]) for rec in records})  # type: ignore[call-overload]
+    return {
+        "mode": "timeline",
+        "trace": trace,
+        "policies": policies,
+        "seeds": seeds,
+        "offered_load": round(workload.offered_load(), 3),
+        "nodes": len(workload.nodes),
+        "gpus": workload.total_gpus,
+        "jobs": len(workload.jobs),
+        "dropped": workload.dropped,
+        "compress": workload.compress,
+        "notes": workload.notes,
+    }
+
+
+def write_timeline(
+    records: Sequence[dict[str, object]], out: Path, trace: str, workload: Workload
+) -> dict[str, object]:
     out.mkdir(parents=True, exist_ok=True)
-    summary = timeline_summary(results, trace, nodes)
+    summary = timeline_summary(records, trace, workload)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     with (out / "curves.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["policy", "seed", "time_s", "alloc", "queue"])
-        for r in results:
-            grid, alloc, queue = _resample(r, 1000)
-            for t, a, q in zip(grid, alloc, queue, strict=True):
-                writer.writerow([r.policy, r.seed, round(float(t), 1), round(float(a), 3), int(q)])
-    _plot_timeline(results, out / "utilisation.png", trace)
+        for rec in records:
+            for t, a, q in zip(rec["grid"], rec["alloc"], rec["queue"], strict=True):  # type: ignore[call-overload]
+                writer.writerow([rec["policy"], rec["seed"], round(float(t), 1), round(float(a), 3), int(q)])
+    _plot_timeline(records, out / "utilisation.png", trace)
+    _plot_waits(records, out / "waits.png", trace)
     return summary
 
 
@@ -119,29 +155,69 @@ def _resample(r: TimelineResult, points: int) -> tuple[np.ndarray, np.ndarray, n
     return grid, r.alloc[idx], r.queue[idx]
 
 
-def _plot_timeline(results: Sequence[TimelineResult], path: Path, trace: str) -> None:
+def _first_seed(records: Sequence[dict[str, object]]) -> list[dict[str, object]]:
+    seen: set[object] = set()
+    out = []
+    for rec in records:
+        if rec["policy"] not in seen:  # one seed per policy keeps the figure readable
+            seen.add(rec["policy"])
+            out.append(rec)
+    return out
+
+
+def _plot_timeline(records: Sequence[dict[str, object]], path: Path, trace: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), dpi=120, sharex=True)
-    seen: set[str] = set()
-    for r in results:
-        if r.policy in seen:
-            continue  # one seed per policy keeps the figure readable
-        seen.add(r.policy)
-        grid, alloc, queue = _resample(r, 2000)
+    for rec in _first_seed(records):
+        grid = np.array(rec["grid"])
         hours = (grid - grid[0]) / 3600
-        top.plot(hours, alloc, lw=1, label=r.policy)
-        bottom.plot(hours, queue, lw=1, label=r.policy)
+        top.plot(hours, rec["alloc"], lw=1, label=str(rec["policy"]))
+        bottom.plot(hours, rec["queue"], lw=1, label=str(rec["policy"]))
     top.set_ylabel("GPU allocation (%)")
-    bottom.set_ylabel("waiting pods")
+    bottom.set_ylabel("waiting jobs")
     bottom.set_xlabel("hours since first arrival")
-    top.set_title(f"{trace}: timeline replay")
+    top.set_title(f"{trace}: timeline replay (first seed)")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
     top.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_waits(records: Sequence[dict[str, object]], path: Path, trace: str) -> None:
+    """CDF of queueing delay per size class, one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SIZE_CLASSES), figsize=(12, 3.6), dpi=120, sharey=True)
+    for ax, c in zip(axes, SIZE_CLASSES, strict=True):
+        for rec in _first_seed(records):
+            waits = np.sort(np.array(rec["waits"][c], dtype=np.float64)) / 3600  # type: ignore[index]
+            if waits.size:
+                ax.step(
+                    np.maximum(waits, 1e-3),
+                    np.arange(1, waits.size + 1) / waits.size,
+                    where="post",
+                    lw=1,
+                    label=str(rec["policy"]),
+                )
+        ax.set_xscale("log")
+        ax.set_title(f"{c} GPU jobs")
+        ax.set_xlabel("queueing delay (h)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("fraction of jobs")
+    if axes[-1].get_legend_handles_labels()[0]:
+        axes[-1].legend(fontsize=7)
+    else:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"{trace}: queueing delay by job size (first seed)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -1,177 +1,366 @@
-"""The "timeline" protocol: pods arrive at ``creation_time`` and run for their trace duration.
+"""The timeline protocol: jobs arrive, wait, run, get preempted, resume and end, in simulated time.
 
-* Arrivals and departures are processed in time order (departures first on equal times, so a
-  pod leaving at t frees room for one arriving at t).
-* A pod that fits on arrival starts at once; one that does not waits in a FIFO queue.  When a
-  pod leaves node n, the waiting pods that now fit on n are retried in arrival order (each may
-  still land on any node: the policy chooses).  Nothing else can make a waiting pod fit, since
-  every other change only takes resources.
-* A placed pod runs for ``deletion_time - creation_time`` from when it starts, so waiting delays
-  its end instead of shortening its run.  Pods without a deletion time never leave.
+The simulator keeps no queue and no fit checks of its own: at every moment something happens
+it builds a :class:`~shared.core.cycle.Snapshot` (nodes with what runs on them, the queue
+tree, pending and running jobs, reservations) and runs the same ``run_cycle`` the placement
+workers run, then carries out the intents:
 
-Recorded: GPU allocation and queue length after every event, and each pod's wait.
+* ``Place``: the job starts; it ends after its remaining work at its speed (elastic jobs run
+  faster or slower with more or fewer tasks, by the trace's throughput table);
+* ``Preempt``: the victim keeps running through its grace, then stops; a checkpointable victim
+  keeps its progress and pays ``restart_overhead_s``, any other starts over; it is pending again
+  with one more attempt;
+* ``Resize``: an elastic job changes size at once (it restarts from a checkpoint, paying the
+  restart overhead);
+* ``Reserve``/``Release``: kept and handed to the next cycle, as the event log does live.
+
+Events at one moment are applied together (ends first), then one cycle runs.  A cycle also
+runs at its ``wake_at`` (a reservation's timeout, a victim's minimum run time ending), so
+time-based rules act without any other event.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from shared.core.cluster import ClusterState, Placement
-from shared.core.fragmentation import TypicalWorkload
-from shared.core.framework import decide
-from shared.core.registry import build_profile
-from shared.core.task import MILLI, NodeSpec
-from shared.sim.trace import TracePod
+from shared.core.cycle import CycleConfig, Place, Preempt, Resize, Snapshot, run_cycle
+from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
+from shared.sim.workload import SimJob, Workload
 
 FloatArray = npt.NDArray[np.float64]
+ARRIVE, END, EVICT, WAKE = 1, 0, 2, 3
+JAIN_EVERY_S = 1800.0  # fairness is sampled this often (simulated seconds)
 
 
-@dataclass(frozen=True)
+@dataclass
+class JobRun:
+    """Everything the simulator tracks about one job."""
+
+    spec: SimJob
+    job: Job  # the cycle's view, rebuilt when it changes
+    remaining: float  # work left, in seconds at full size
+    placements: list[Placement] = field(default_factory=list)
+    started: float = -1.0
+    progress_at: float = 0.0  # when ``remaining`` was last brought up to date
+    token: int = 0  # bumps on every change of the run, so stale end events are ignored
+    first_start: float = -1.0
+    waited: float = 0.0  # total time pending (every attempt)
+    pending_since: float = 0.0
+    finished: float = -1.0
+    preemptions: int = 0
+    evicting: bool = False
+    lost_gpu_s: float = 0.0
+    used_gpu_s: float = 0.0
+    attained_gpu_s: float = 0.0
+
+    @property
+    def gpus_now(self) -> float:
+        return sum(p.task.total_gpu_milli for p in self.placements) / 1000.0
+
+
+@dataclass
 class TimelineResult:
     policy: str
     seed: int
-    times: FloatArray  # event times (s)
-    alloc: FloatArray  # GPU allocation % after each event
-    queue: npt.NDArray[np.int64]  # waiting pods after each event
-    waits: FloatArray  # seconds waited, per pod that started
-    unplaced: int  # pods still waiting at the end
-    pods: int
+    total_gpus: int
+    times: FloatArray  # moments of change (s)
+    alloc: FloatArray  # GPUs allocated after each (% of the cluster)
+    queue: npt.NDArray[np.int64]  # pending jobs after each
+    jobs: list[JobRun]
+    jain_times: FloatArray
+    jain: FloatArray  # Jain's index over queues with demand, at each sample
+    first_arrival: float
     last_arrival: float
+    cycles: int
+    wall_s: float
+    preemptions: int
+    offered_load: float
 
-    def summary(self) -> dict[str, float]:
-        """Time-weighted GPU allocation over the arrival window, waits and queue figures."""
-        inside = self.times <= self.last_arrival
-        times, alloc = self.times[inside], self.alloc[inside]
-        duration = float(times[-1] - times[0]) if times.size > 1 else 0.0
-        if duration > 0:
-            util = float((alloc[:-1] * np.diff(times)).sum() / duration)
+
+@dataclass
+class _Sim:
+    workload: Workload
+    config: CycleConfig
+    seed: int
+    cluster: ClusterState
+    rng: np.random.Generator
+    runs: dict[str, JobRun]
+    estimator: RuntimeEstimator = field(default_factory=RuntimeEstimator)
+    events: list[tuple[float, int, int, str, int]] = field(default_factory=list)
+    seq: int = 0
+    pending: dict[str, None] = field(default_factory=dict)
+    running: dict[str, None] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    backoff: dict[str, float] = field(default_factory=dict)
+    used_milli: int = 0
+    next_wake: float = float("inf")
+    # Curves.
+    times: list[float] = field(default_factory=list)
+    alloc: list[float] = field(default_factory=list)
+    queue: list[int] = field(default_factory=list)
+    jain_t: list[float] = field(default_factory=list)
+    jain_v: list[float] = field(default_factory=list)
+    last_jain: float = -1e18
+    cycles: int = 0
+    preemptions: int = 0
+
+    def push(self, t: float, kind: int, job: str, token: int = 0) -> None:
+        heapq.heappush(self.events, (t, kind, self.seq, job, token))
+        self.seq += 1
+
+    # -- applying events ---------------------------------------------------------------------
+    def arrive(self, run: JobRun, now: float) -> None:
+        run.pending_since = now
+        self.pending[run.spec.id] = None
+
+    def advance(self, run: JobRun, now: float) -> None:
+        """Bring a running job's remaining work and counters up to ``now``."""
+        dt = now - run.progress_at
+        if dt > 0 and run.placements:
+            run.remaining -= dt * run.spec.rate(len(run.placements))
+            gpu_s = dt * run.gpus_now
+            run.used_gpu_s += gpu_s
+            run.attained_gpu_s += gpu_s
+        run.progress_at = now
+
+    def schedule_end(self, run: JobRun, now: float) -> None:
+        run.token += 1
+        rate = run.spec.rate(len(run.placements))
+        self.push(now + max(0.0, run.remaining) / rate, END, run.spec.id, run.token)
+
+    def release(self, run: JobRun) -> None:
+        for p in run.placements:
+            self.cluster.remove(p)
+            self.used_milli -= p.task.total_gpu_milli
+        run.placements = []
+
+    def end(self, run: JobRun, now: float) -> None:
+        self.advance(run, now)
+        self.release(run)
+        run.finished = now
+        self.running.pop(run.spec.id, None)
+        self.estimator.observe(run.job, now - run.started)
+        run.token += 1
+
+    def evict(self, run: JobRun, now: float) -> None:
+        self.advance(run, now)
+        gpus = run.gpus_now
+        self.release(run)
+        self.running.pop(run.spec.id, None)
+        cfg = self.config
+        if run.spec.checkpointable:
+            lost = cfg.restart_overhead_s * gpus
+            run.remaining += cfg.restart_overhead_s
         else:
-            util = float(alloc.mean()) if alloc.size else 0.0
-        waits = self.waits if self.waits.size else np.zeros(1)
-        return {
-            "util_mean": round(util, 3),
-            "wait_mean_s": round(float(waits.mean()), 3),
-            "wait_p50_s": round(float(np.percentile(waits, 50)), 3),
-            "wait_p99_s": round(float(np.percentile(waits, 99)), 3),
-            "alloc_max": round(float(self.alloc.max()), 3) if self.alloc.size else 0.0,
-            "queue_max": int(self.queue.max()) if self.queue.size else 0,
-            "unplaced": self.unplaced,
-        }
+            lost = max(0.0, now - run.started) * gpus
+            run.remaining = run.spec.work_s
+        run.lost_gpu_s += lost
+        run.preemptions += 1
+        run.evicting = False
+        run.token += 1
+        run.job = replace(
+            run.job,
+            queued_since=now,
+            attempt=run.job.attempt + 1,
+            preemptions=run.preemptions,
+            attained_gpu_s=run.attained_gpu_s,
+        )
+        self.arrive(run, now)
+
+    # -- the cycle ---------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        pending = [self.runs[j].job for j in self.pending]
+        running = [
+            Running(
+                replace(r.job, attained_gpu_s=r.attained_gpu_s) if self.config.order.preemptive else r.job,
+                tuple(r.placements),
+                r.started,
+                preempting=r.evicting,
+            )
+            for r in (self.runs[j] for j in self.running)
+        ]
+        return Snapshot(
+            cluster=self.cluster,
+            pending=pending,
+            running=running,
+            queues=self.workload.queues,
+            reservations=self.reservations,
+            backoff=self.backoff,
+            estimator=self.estimator,
+        )
+
+    def cycle(self, now: float) -> None:
+        if not self.pending and not self.config.elastic:
+            return
+        self.cycles += 1
+        result = run_cycle(self.snapshot(), self.config, now, self.rng)
+        self.reservations = result.reservations
+        self.backoff = result.backoff
+        for intent in result.intents:
+            if isinstance(intent, Place):
+                self.start(self.runs[intent.job], list(intent.placements), now)
+            elif isinstance(intent, Preempt):
+                victim = self.runs[intent.victim]
+                if victim.placements and not victim.evicting:
+                    victim.evicting = True
+                    self.preemptions += 1
+                    self.push(now + intent.grace_s, EVICT, victim.spec.id, victim.token)
+            elif isinstance(intent, Resize):
+                self.resize(self.runs[intent.job], intent, now)
+        if result.wake_at < self.next_wake:
+            self.next_wake = result.wake_at
+            self.push(result.wake_at, WAKE, "")
+
+    def start(self, run: JobRun, placements: list[Placement], now: float) -> None:
+        for p in placements:
+            self.cluster.place(p.node, p.task, p.gpus)
+            self.used_milli += p.task.total_gpu_milli
+        run.placements = placements
+        run.started = now
+        run.progress_at = now
+        run.waited += now - run.pending_since
+        if run.first_start < 0:
+            run.first_start = now
+        self.pending.pop(run.spec.id, None)
+        self.running[run.spec.id] = None
+        self.schedule_end(run, now)
+
+    def resize(self, run: JobRun, intent: Resize, now: float) -> None:
+        if not run.placements:
+            return
+        self.advance(run, now)
+        for task in sorted(intent.removed, reverse=True):
+            if task < len(run.placements):
+                p = run.placements.pop(task)
+                self.cluster.remove(p)
+                self.used_milli -= p.task.total_gpu_milli
+        for p in intent.added:
+            self.cluster.place(p.node, p.task, p.gpus)
+            self.used_milli += p.task.total_gpu_milli
+            run.placements.append(p)
+        # The job restarts at its new size from a checkpoint: it pays the restart overhead.
+        overhead = self.config.restart_overhead_s
+        run.remaining += overhead
+        run.lost_gpu_s += overhead * run.gpus_now
+        self.schedule_end(run, now)
+
+    # -- recording ---------------------------------------------------------------------------
+    def record(self, now: float, total_milli: int) -> None:
+        self.times.append(now)
+        self.alloc.append(100.0 * self.used_milli / total_milli)
+        self.queue.append(len(self.pending))
+        if now - self.last_jain >= JAIN_EVERY_S:
+            self.last_jain = now
+            value = self.jain_now(total_milli)
+            if value is not None:
+                self.jain_t.append(now)
+                self.jain_v.append(value)
+
+    def jain_now(self, total_milli: int) -> float | None:
+        """Jain's index over queues with demand of (GPU share received / GPU share deserved)."""
+        from shared.core.queues import demand_of, vector
+
+        tree = self.workload.queues
+        held: dict[str, float] = {}
+        demand: dict[str, FloatArray] = {}
+        for j in self.running:
+            r = self.runs[j]
+            held[r.job.queue] = held.get(r.job.queue, 0.0) + r.gpus_now * 1000
+            demand[r.job.queue] = demand.get(r.job.queue, vector()) + vector(gpu=r.gpus_now * 1000)
+        for j in self.pending:
+            job = self.runs[j].job
+            demand[job.queue] = demand.get(job.queue, vector()) + demand_of(job.shape, job.fewest)
+        active = [q for q in demand if q in tree and demand[q][0] > 0]
+        if len(active) < 2:
+            return None
+        deserved = tree.deserved(np.array([float(total_milli), 0.0, 0.0]), demand)
+        x = np.array([held.get(q, 0.0) / max(1e-9, float(deserved[q][0])) for q in active])
+        if not (x > 0).any():
+            return None
+        return float(x.sum() ** 2 / (len(x) * (x**2).sum()))
 
 
 def run_timeline(
-    nodes: Sequence[NodeSpec],
-    pods: Sequence[TracePod],
+    workload: Workload,
     policy: str,
+    config: CycleConfig,
     seed: int,
-    workload: TypicalWorkload | None = None,
     progress: Callable[[int, int], None] | None = None,
-    speedup: float = 1.0,
 ) -> TimelineResult:
-    """Replay ``pods`` on ``nodes``; ``speedup`` > 1 compresses arrival times (not run times)."""
-    if speedup <= 0:
-        raise ValueError("speedup must be positive")
+    """Replay ``workload`` under ``config`` until every job has ended."""
     node_rng = np.random.default_rng([seed, 1])
-    cluster = ClusterState([nodes[i] for i in node_rng.permutation(len(nodes))])
-    typical = workload or TypicalWorkload.from_tasks(p.shape for p in pods)
-    profile = build_profile(policy, typical)
-    rng = np.random.default_rng([seed, 2])
-    total = float(cluster.total_gpu_milli)
-
-    arrival = [p.creation_time / speedup for p in pods]
-    order = sorted(range(len(pods)), key=lambda i: (arrival[i], pods[i].name))
-    shapes = [pods[i].shape for i in range(len(pods))]
-    cpu = np.array([s.cpu_milli for s in shapes], dtype=np.int64)
-    mem = np.array([s.memory_mib for s in shapes], dtype=np.int64)
-    num = np.array([s.num_gpu for s in shapes], dtype=np.int64)
-    milli = np.array([s.gpu_milli for s in shapes], dtype=np.int64)
-    shared = (num == 1) & (milli < MILLI)
-    model_ok = np.ones((len(pods), max(1, len(cluster.models))), dtype=np.bool_)
-    for i, s in enumerate(shapes):
-        if s.gpu_models:
-            model_ok[i] = [m in s.gpu_models for m in cluster.models] or [False]
-
-    # Event heap: (time, kind, seq, pod); kind 0 = departure before 1 = arrival at equal times.
-    events: list[tuple[float, int, int, int]] = [(arrival[i], 1, k, i) for k, i in enumerate(order)]
-    heapq.heapify(events)
-    seq = len(events)
-    running: dict[int, Placement] = {}
-    queue: list[int] = []
-    waits: list[float] = []
-    times: list[float] = []
-    alloc: list[float] = []
-    qlen: list[int] = []
-    used = 0
+    order = node_rng.permutation(len(workload.nodes))
+    cluster = ClusterState([workload.nodes[i] for i in order])
+    runs: dict[str, JobRun] = {}
+    for spec in workload.jobs:
+        job = Job(
+            id=spec.id,
+            queue=spec.queue,
+            tenant=spec.tenant,
+            shape=spec.shape,
+            replicas=spec.replicas,
+            min_replicas=spec.min_replicas,
+            priority=spec.priority,
+            submitted=spec.submit,
+            duration_s=spec.duration_s,
+            checkpointable=spec.checkpointable,
+            oracle_s=spec.work_s,
+        )
+        runs[spec.id] = JobRun(spec, job, remaining=spec.work_s)
+    sim = _Sim(workload, config, seed, cluster, np.random.default_rng([seed, 2]), runs)
+    for spec in workload.jobs:
+        sim.push(spec.submit, ARRIVE, spec.id)
+    total_milli = cluster.total_gpu_milli
+    started = time.perf_counter()
     done = 0
-
-    def try_start(pod: int, now: float) -> bool:
-        nonlocal used, seq
-        decision = decide(cluster, shapes[pod], profile, rng)
-        if not decision.status.ok:
-            return False
-        running[pod] = cluster.place(decision.node, shapes[pod], decision.gpus)
-        used += shapes[pod].total_gpu_milli
-        waits.append(now - arrival[pod])
-        end = pods[pod].deletion_time
-        if end is not None:
-            duration = max(0.0, end - pods[pod].creation_time)
-            heapq.heappush(events, (now + duration, 0, seq, pod))
-            seq += 1
-        return True
-
-    def fits_node(candidates: npt.NDArray[np.int64], node: int) -> npt.NDArray[np.bool_]:
-        gpu_row = cluster.gpu_free[node]
-        whole_free = int((gpu_row == MILLI).sum())
-        best_share = int(gpu_row.max())
-        model = int(cluster.model_idx[node])
-        ok = (cpu[candidates] <= cluster.cpu_free[node]) & (mem[candidates] <= cluster.mem_free[node])
-        gpu_ok = np.where(shared[candidates], milli[candidates] <= best_share, num[candidates] <= whole_free)
-        ok &= (num[candidates] == 0) | (gpu_ok & (model >= 0) & model_ok[candidates, max(model, 0)])
-        result: npt.NDArray[np.bool_] = ok
-        return result
-
-    while events:
-        now, kind, _, pod = heapq.heappop(events)
-        if kind == 1:
-            # A newcomer that fits starts at once (backfill); otherwise it joins the line.
-            if not try_start(pod, now):
-                queue.append(pod)
-        else:
-            placement = running.pop(pod)
-            cluster.remove(placement)
-            used -= shapes[pod].total_gpu_milli
-            done += 1
-            if queue:
-                waiting = np.array(queue, dtype=np.int64)
-                candidates = waiting[fits_node(waiting, placement.node)]
-                started: set[int] = set()
-                for cand in candidates.tolist():
-                    if not fits_node(np.array([cand], dtype=np.int64), placement.node)[0]:
-                        continue
-                    if try_start(cand, now):
-                        started.add(cand)
-                if started:
-                    queue = [q for q in queue if q not in started]
-        times.append(now)
-        alloc.append(100.0 * used / total)
-        qlen.append(len(queue))
-        if progress is not None and len(times) % 1000 == 0:
-            progress(len(times), 2 * len(pods))
+    n = len(runs)
+    while sim.events:
+        now = sim.events[0][0]
+        woke = False
+        while sim.events and sim.events[0][0] == now:
+            _, kind, _, job_id, token = heapq.heappop(sim.events)
+            if kind == WAKE:
+                woke = True
+                if now >= sim.next_wake:
+                    sim.next_wake = float("inf")
+                continue
+            run = runs[job_id]
+            if kind == ARRIVE:
+                sim.arrive(run, now)
+            elif kind == END and token == run.token and run.placements:
+                sim.end(run, now)
+                done += 1
+                if progress is not None and done % 500 == 0:
+                    progress(done, n)
+            elif kind == EVICT and token == run.token and run.placements:
+                sim.evict(run, now)
+        del woke
+        sim.cycle(now)
+        sim.record(now, total_milli)
     if progress is not None:
-        progress(2 * len(pods), 2 * len(pods))
+        progress(n, n)
+    arrivals = [j.submit for j in workload.jobs]
     return TimelineResult(
         policy=policy,
         seed=seed,
-        times=np.array(times),
-        alloc=np.array(alloc),
-        queue=np.array(qlen, dtype=np.int64),
-        waits=np.array(waits),
-        unplaced=len(queue),
-        pods=len(pods),
-        last_arrival=max(arrival),
+        total_gpus=total_milli // 1000,
+        times=np.array(sim.times),
+        alloc=np.array(sim.alloc),
+        queue=np.array(sim.queue, dtype=np.int64),
+        jobs=list(runs.values()),
+        jain_times=np.array(sim.jain_t),
+        jain=np.array(sim.jain_v),
+        first_arrival=min(arrivals),
+        last_arrival=max(arrivals),
+        cycles=sim.cycles,
+        wall_s=time.perf_counter() - started,
+        preemptions=sim.preemptions,
+        offered_load=workload.offered_load(),
     )

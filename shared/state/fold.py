@@ -15,24 +15,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from schemas.events import (
-    EventAdapter,
     JobAdmitted,
-    JobCancelled,
     JobPlaced,
     NodeRegistered,
+    QueuesApplied,
     TaskBinding,
 )
 from schemas.job import JobSpec
 from schemas.node import NodeInventory
+from schemas.queues import QueueTreeSpec
 from shared.core.cluster import ClusterState, Placement
+from shared.core.jobs import RuntimeEstimator
+from shared.core.lifecycle import ACTIVE, ADMITTED, TASK_EVENTS, TERMINAL, JobStatus, Phase, evolve
 from shared.core.task import TaskShape
 from shared.eventstore.port import RecordedEvent
-from shared.state.wire import node_spec, task_shape
+from shared.state.wire import core_job, node_spec, task_shape
 
-_TASK_EVENTS = frozenset({"JobStarted", "JobFinished", "JobFailed"})
-JobState = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled"})
-ACTIVE: frozenset[str] = frozenset({"placed", "running"})  # holding resources
+__all__ = ["ACTIVE", "TERMINAL", "ClusterView", "JobRecord", "JobState", "digest", "fold", "job_state"]
+
+JobState = Literal["pending", "placed", "running", "preempting", "finished", "failed", "cancelled"]
 
 
 @dataclass
@@ -40,12 +41,22 @@ class JobRecord:
     spec: JobSpec
     admitted_at: int  # log position of JobAdmitted
     admitted_time: float = 0.0  # epoch seconds JobAdmitted was recorded
-    state: JobState = "pending"
+    status: JobStatus = ADMITTED
     bindings: list[TaskBinding] = field(default_factory=list)
     started: dict[int, float] = field(default_factory=dict)  # task -> start time (epoch s, from the log)
     done: dict[int, str] = field(default_factory=dict)  # task -> finished | failed
     placed_at: int | None = None
     version: int = 0  # the job stream's version
+    queued_time: float = 0.0  # epoch seconds it last became pending (admission or preemption)
+    placed_time: float = 0.0  # epoch seconds of its current placement
+    attained_gpu_s: float = 0.0  # GPU-seconds received by ended attempts
+    reservation: dict[str, Any] | None = None  # the last JobReserved's body, until released or placed
+    backoff_until: float = 0.0
+    preempted_by: str = ""
+
+    @property
+    def state(self) -> JobState:
+        return self.status.phase.value
 
     @property
     def shape(self) -> TaskShape:
@@ -71,13 +82,15 @@ class ClusterView:
         self._active: dict[str, None] = {}  # placed or running
         self._changed: dict[str, None] = {}  # jobs touched since the last drain_changed()
         self._ahead: set[int] = set()  # positions above ``position`` folded early (apply_ahead)
+        self.queues: QueueTreeSpec | None = None  # the last QueuesApplied (None: none applied)
+        self.estimator = RuntimeEstimator()  # run times of finished jobs, for backfill
 
     # -- folding ----------------------------------------------------------------------------
     @staticmethod
     def needs_body(stream: str, event_type: str) -> bool:
         """Whether folding this event reads its body.  Every other event (the copies of a job's
         events on node and task streams) only moves its stream's version: :meth:`advance`."""
-        return stream.startswith("job-") or event_type == "NodeRegistered"
+        return stream.startswith("job-") or event_type in ("NodeRegistered", "QueuesApplied")
 
     def apply(self, event: RecordedEvent) -> bool:
         """Fold one event; False when it was already folded (duplicate, replayed, or ahead)."""
@@ -129,57 +142,97 @@ class ClusterView:
             self._apply_job(event)
         elif event.type == "NodeRegistered":
             self._register(NodeRegistered.model_validate(event.data).inventory)
+        elif event.type == "QueuesApplied":
+            self.queues = QueuesApplied.model_validate(event.data).tree
 
     def apply_all(self, events: Iterable[RecordedEvent]) -> int:
         return sum(self.apply(e) for e in events)
 
     def _apply_job(self, event: RecordedEvent) -> None:
+        """One job event, through the job's state machine (``shared.core.lifecycle.evolve``);
+        what the transition means for resources (take on placement, free per ended task, free
+        all on preemption or cancel) is applied here."""
         job_id = event.stream.removeprefix("job-")
         record = self.jobs.get(job_id)
         self._changed[job_id] = None
-        if event.type in _TASK_EVENTS:
-            # The hottest events (two per task) carry nothing the fold needs but the task number;
-            # they were validated when written, so a full pydantic decode here is pure overhead.
-            if record is not None:
-                record.version = event.version
-                self._task_event(job_id, record, event)
-            return
-        decoded = EventAdapter.validate_python(event.data)
-        if isinstance(decoded, JobAdmitted):
-            self.jobs[job_id] = JobRecord(
-                spec=decoded.spec,
-                admitted_at=event.position,
-                admitted_time=event.recorded_at.timestamp(),
-                version=event.version,
-            )
-            self._index(job_id, "pending")
+        kind = event.type
+        if kind == "JobAdmitted":
+            if record is None:
+                spec = JobAdmitted.model_validate(event.data).spec
+                at = event.recorded_at.timestamp()
+                self.jobs[job_id] = JobRecord(
+                    spec=spec,
+                    admitted_at=event.position,
+                    admitted_time=at,
+                    version=event.version,
+                    queued_time=at,
+                )
+                self._index(job_id, "pending")
             return
         if record is None:
             return
         record.version = event.version
-        if isinstance(decoded, JobPlaced):
-            self._bind(job_id, record, decoded, event.position)
-        elif isinstance(decoded, JobCancelled) and record.state not in TERMINAL:
-            self._move(job_id, record, "cancelled")
-            for task in range(record.spec.replicas):
-                self._release(job_id, task)
-
-    def _task_event(self, job_id: str, record: JobRecord, event: RecordedEvent) -> None:
-        task = int(event.data.get("task", 0))
-        if event.type == "JobStarted":
-            record.started[task] = event.recorded_at.timestamp()
-            if record.state == "placed":
-                self._move(job_id, record, "running")
+        data = event.data  # validated when written; the hot task events are read as they are
+        before = record.status
+        after = evolve(before, kind, data)
+        if after is None:
             return
-        record.done[task] = "finished" if event.type == "JobFinished" else "failed"
-        self._release(job_id, task)
-        if len(record.done) >= record.spec.replicas and record.state not in TERMINAL:
-            self._move(job_id, record, "failed" if "failed" in record.done.values() else "finished")
+        if kind in TASK_EVENTS:
+            if after is before:
+                return
+            record.status = after
+            task = int(data.get("task", 0))
+            if kind == "JobStarted":
+                record.started[task] = event.recorded_at.timestamp()
+            else:
+                record.done[task] = "finished" if kind == "JobFinished" else "failed"
+                self._release(job_id, task)
+            if after.phase != before.phase:
+                self._move(job_id, record, after.phase.value)
+                if after.phase == Phase.FINISHED and record.started:
+                    run_s = event.recorded_at.timestamp() - min(record.started.values())
+                    self.estimator.observe(core_job(record), max(0.0, run_s))
+            return
+        if kind == "JobReserved":
+            record.reservation = dict(data)
+            return
+        if kind == "ReservationReleased":
+            record.reservation = None
+            record.backoff_until = float(data.get("backoff_until", 0.0))
+            return
+        if after is before:
+            return
+        record.status = after
+        if kind == "JobPlaced":
+            placed = JobPlaced.model_validate(data)
+            self._bind(job_id, record, placed, event.position)
+            record.placed_time = event.recorded_at.timestamp()
+            record.reservation = None
+        elif kind == "PreemptionRequested":
+            record.preempted_by = str(data.get("by_job", ""))
+            self._move(job_id, record, after.phase.value)
+        elif kind == "JobPreempted":
+            self._end_attempt(job_id, record, event.recorded_at.timestamp())
+            record.queued_time = event.recorded_at.timestamp()
+            self._move(job_id, record, "pending")
+        elif kind == "JobCancelled":
+            self._end_attempt(job_id, record, event.recorded_at.timestamp())
+            self._move(job_id, record, "cancelled")
+
+    def _end_attempt(self, job_id: str, record: JobRecord, now: float) -> None:
+        """Free every task of the current placement and forget it (preemption, cancel)."""
+        gpus = record.shape.total_gpu_milli / 1000.0
+        for start in record.started.values():
+            record.attained_gpu_s += max(0.0, now - start) * gpus
+        for b in record.bindings:
+            self._release(job_id, b.task)
+        record.bindings, record.started, record.done = [], {}, {}
+        record.placed_at = None
+        record.preempted_by = ""
 
     def _bind(self, job_id: str, record: JobRecord, placed: JobPlaced, position: int) -> None:
-        if record.state != "pending":
-            return
         record.bindings = list(placed.bindings)
+        record.started, record.done = {}, {}
         self._move(job_id, record, "placed")
         record.placed_at = position
         cluster = self._ensure_cluster()
@@ -189,9 +242,9 @@ class ClusterView:
             self._held[(job_id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
 
     def _move(self, job_id: str, record: JobRecord, state: JobState) -> None:
+        """Re-index a job whose phase (already in ``record.status``) is ``state``."""
         self._pending.pop(job_id, None)
         self._active.pop(job_id, None)
-        record.state = state
         self._index(job_id, state)
 
     def _index(self, job_id: str, state: JobState) -> None:
@@ -261,6 +314,12 @@ class ClusterView:
         for job_id in job_ids:
             self._changed[job_id] = None
 
+    def held(self, job_id: str, task: int) -> Placement | None:
+        """The resources a task of a placed or running job holds in :attr:`cluster`."""
+        if self._stale:
+            self._rebuild()
+        return self._held.get((job_id, task))
+
     def active(self) -> list[JobRecord]:
         """Jobs placed or running, in the order they were admitted or restored."""
         return [self.jobs[j] for j in self._active]
@@ -282,7 +341,7 @@ class ClusterView:
 
 
 SNAPSHOT_NAME = "cluster-view"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 def to_snapshot(view: ClusterView) -> dict[str, Any]:
@@ -297,16 +356,48 @@ def to_snapshot(view: ClusterView) -> dict[str, Any]:
                 "spec": r.spec.model_dump(mode="json", by_alias=True),
                 "admitted_at": r.admitted_at,
                 "admitted_time": r.admitted_time,
-                "state": r.state,
+                "status": _status_json(r.status),
                 "bindings": [b.model_dump(mode="json") for b in r.bindings],
                 "started": {str(k): v for k, v in r.started.items()},
                 "done": {str(k): v for k, v in r.done.items()},
                 "placed_at": r.placed_at,
                 "version": r.version,
+                "queued_time": r.queued_time,
+                "placed_time": r.placed_time,
+                "attained_gpu_s": r.attained_gpu_s,
+                "reservation": r.reservation,
+                "backoff_until": r.backoff_until,
+                "preempted_by": r.preempted_by,
             }
             for job_id, r in view.jobs.items()
         },
+        "queues": view.queues.model_dump(mode="json", by_alias=True) if view.queues is not None else None,
+        "estimator": view.estimator.to_json(),
     }
+
+
+def _status_json(status: JobStatus) -> dict[str, Any]:
+    return {
+        "phase": status.phase.value,
+        "tasks": status.tasks,
+        "attempt": status.attempt,
+        "preemptions": status.preemptions,
+        "started": sorted(status.started),
+        "finished": sorted(status.finished),
+        "failed": sorted(status.failed),
+    }
+
+
+def _status_from(raw: Mapping[str, Any]) -> JobStatus:
+    return JobStatus(
+        phase=Phase(raw["phase"]),
+        tasks=int(raw["tasks"]),
+        attempt=int(raw["attempt"]),
+        preemptions=int(raw["preemptions"]),
+        started=frozenset(raw["started"]),
+        finished=frozenset(raw["finished"]),
+        failed=frozenset(raw["failed"]),
+    )
 
 
 def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
@@ -320,17 +411,26 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
         inventory = NodeInventory.model_validate(raw)
         view.inventories[inventory.name] = inventory
     view._stale = True
+    if body.get("queues") is not None:
+        view.queues = QueueTreeSpec.model_validate(body["queues"])
+    view.estimator = RuntimeEstimator.from_json(body.get("estimator") or {})
     for job_id, raw in body["jobs"].items():
         record = JobRecord(
             spec=JobSpec.model_validate(raw["spec"]),
             admitted_at=int(raw["admitted_at"]),
             admitted_time=float(raw["admitted_time"]),
-            state=raw["state"],
+            status=_status_from(raw["status"]),
             bindings=[TaskBinding.model_validate(b) for b in raw["bindings"]],
             started={int(k): float(v) for k, v in raw["started"].items()},
             done={int(k): str(v) for k, v in raw["done"].items()},
             placed_at=raw["placed_at"],
             version=int(raw["version"]),
+            queued_time=float(raw["queued_time"]),
+            placed_time=float(raw["placed_time"]),
+            attained_gpu_s=float(raw["attained_gpu_s"]),
+            reservation=raw["reservation"],
+            backoff_until=float(raw["backoff_until"]),
+            preempted_by=str(raw["preempted_by"]),
         )
         view.jobs[job_id] = record
         view._index(job_id, record.state)
@@ -350,31 +450,16 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
 def job_state(events: Sequence[RecordedEvent]) -> tuple[JobState, int] | None:
     """A job's state and stream version from its own stream alone, as the fold gives them.
 
-    For readers that keep no view of the cluster (admission, cancelling a job): the same
-    transitions as :class:`ClusterView` without the resources.  ``None``: never admitted.
+    For readers that keep no view of the cluster (admission, cancelling a job): the same state
+    machine as :class:`ClusterView` (``shared.core.lifecycle.evolve``), without the resources.
+    ``None``: never admitted.
     """
-    state: JobState | None = None
-    replicas, version = 0, 0
-    done: set[int] = set()
-    failed = False
+    status: JobStatus | None = None
+    version = 0
     for event in events:
         version = event.version
-        if event.type == "JobAdmitted":
-            state, replicas = "pending", int(event.data["spec"].get("replicas", 1))
-        elif state is None:
-            continue
-        elif event.type == "JobPlaced" and state == "pending":
-            state = "placed"
-        elif event.type == "JobStarted" and state == "placed":
-            state = "running"
-        elif event.type in ("JobFinished", "JobFailed"):
-            done.add(int(event.data.get("task", 0)))
-            failed = failed or event.type == "JobFailed"
-            if len(done) >= replicas and state not in TERMINAL:
-                state = "failed" if failed else "finished"
-        elif event.type == "JobCancelled" and state not in TERMINAL:
-            state = "cancelled"
-    return (state, version) if state is not None else None
+        status = evolve(status, event.type, event.data)
+    return (status.phase.value, version) if status is not None else None
 
 
 def digest(view: ClusterView) -> str:

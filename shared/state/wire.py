@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from schemas.job import JobSpec
 from schemas.node import NodeInventory
+from schemas.queues import QueueTreeSpec
+from shared.core.jobs import Job
+from shared.core.queues import ROOT, QueueSpec, QueueTree, vector
 from shared.core.task import NodeSpec, TaskShape
+
+if TYPE_CHECKING:
+    from shared.state.fold import JobRecord
 
 
 def task_shape(spec: JobSpec) -> TaskShape:
@@ -38,3 +46,43 @@ def job_stream(job_id: str) -> str:
 
 def node_stream(node: str) -> str:
     return f"node-{node}"
+
+
+def core_job(record: JobRecord) -> Job:
+    """A folded job as the scheduling cycle sees it (times are epoch seconds)."""
+    spec = record.spec
+    return Job(
+        id=spec.id,
+        queue=spec.queue,
+        tenant=spec.tenant,
+        shape=record.shape,
+        replicas=spec.max_replicas,
+        min_replicas=spec.min_replicas if spec.min_replicas < spec.max_replicas else 0,
+        priority=spec.effective_priority,
+        submitted=record.admitted_time,
+        queued_since=record.queued_time,
+        duration_s=spec.duration_s,
+        checkpointable=spec.checkpointable,
+        gang_timeout_s=spec.gang.timeout_s if spec.gang is not None else 300.0,
+        attempt=record.status.attempt,
+        preemptions=record.status.preemptions,
+        attained_gpu_s=record.attained_gpu_s,
+    )
+
+
+def queue_tree(spec: QueueTreeSpec) -> QueueTree:
+    """The operators' queue tree in the core's units."""
+    out = []
+    for parent, q in spec.walk():
+        out.append(
+            QueueSpec(
+                name=q.name,
+                parent=parent if parent != "root" else ROOT,
+                weight=q.weight,
+                guarantee=vector(*q.guarantee.as_core(0.0)),
+                max=vector(*q.max.as_core(float("inf"))),
+                tenants=tuple(q.tenants),
+                preempt_after_s=q.preempt_after,
+            )
+        )
+    return QueueTree(out)

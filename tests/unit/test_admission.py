@@ -141,3 +141,73 @@ async def test_a_shape_impossible_until_a_bigger_node_registers_is_admitted_afte
     data = event.model_dump(mode="json", by_alias=True)
     await store.append([NewEvent("node-big", event.type, data)], {"node-big": 0})
     assert await admission.decide([SubmitJob(spec=spec("two-again", gpus=2))]) == ["admitted"]
+
+
+TREE = {
+    "queues": [
+        {
+            "name": "org",
+            "children": [
+                {"name": "small", "max": {"nvidia.com/gpu": 2}, "tenants": ["t"]},
+                {"name": "closed", "tenants": ["ops"]},
+            ],
+        }
+    ]
+}
+
+
+async def test_an_applied_queue_tree_decides_queues_rights_and_quotas() -> None:
+    from schemas.commands import ApplyQueues
+    from schemas.queues import QueueTreeSpec
+
+    store = InMemoryEventStore()
+    await with_nodes(store)
+    admission = Admission(store, QUEUES)
+    tree = QueueTreeSpec.model_validate(TREE)
+    assert await admission.decide([ApplyQueues(tree=tree)]) == ["queues-applied"]
+    verdicts = await admission.decide(
+        [
+            SubmitJob(spec=spec("fits", queue="small")),
+            SubmitJob(spec=spec("greedy", queue="small", replicas=3, gpus=1)),  # 3 GPUs > max 2
+            SubmitJob(spec=spec("parent", queue="org")),
+            SubmitJob(spec=spec("old", queue="default")),  # the env's queues no longer apply
+            SubmitJob(spec=spec("outsider", queue="closed")),
+        ]
+    )
+    assert verdicts == ["admitted", "rejected", "rejected", "rejected", "rejected"]
+    written = await store.read_all(0, 100)
+    codes = {e.stream: e.data["code"] for e in written if e.type == "JobRejected"}
+    assert codes == {
+        "rejected-greedy": "over-quota",
+        "rejected-parent": "unknown-queue",
+        "rejected-old": "unknown-queue",
+        "rejected-outsider": "forbidden",
+    }
+    reasons = {e.stream: e.data["reason"] for e in written if e.type == "JobRejected"}
+    assert "'small'" in reasons["rejected-greedy"] and "small" in reasons["rejected-parent"]
+    assert [e.stream for e in written if e.type == "QueuesApplied"] == ["queues"]
+
+
+async def test_a_field_nothing_honours_is_rejected_with_its_name() -> None:
+    store = InMemoryEventStore()
+    admission = Admission(store, QUEUES)
+
+    def with_field(job: str, extra: dict[str, Any]) -> JobSpec:
+        return JobSpec.model_validate({"id": job, "tenant": "t", **extra})
+
+    odd = [
+        with_field("numa", {"numa-binding": "required"}),
+        with_field("rack", {"rack-affinity": "same-rack"}),
+        JobSpec.model_validate(
+            {"id": "hami", "tenant": "t", "resources": {"gpu-share": "500m", "gpu-memory": "10Gi"}}
+        ),
+        JobSpec.model_validate({"id": "mig", "tenant": "t", "resources": {"nvidia.com/mig-1g.10gb": 1}}),
+        with_field("sel", {"node-selector": {"zone": "b"}}),
+    ]
+    assert await admission.decide([SubmitJob(spec=s) for s in odd]) == ["rejected"] * 5
+    written = await store.read_all(0, 100)
+    reasons = {e.stream.removeprefix("rejected-"): e.data["reason"] for e in written}
+    assert {e.data["code"] for e in written} == {"unsupported"}
+    assert "numa-binding" in reasons["numa"] and "rack-affinity" in reasons["rack"]
+    assert "gpu-memory" in reasons["hami"] and "mig-1g.10gb" in reasons["mig"]
+    assert "node-selector.zone" in reasons["sel"]

@@ -76,7 +76,7 @@ def test_timeline_mode_reports_waits_and_utilisation(tmp_path: Path) -> None:
         "--pods",
         str(pods),
         "--policy",
-        "bestfit",
+        "fifo,tessera",
         "--mode",
         "timeline",
         "--out",
@@ -86,10 +86,14 @@ def test_timeline_mode_reports_waits_and_utilisation(tmp_path: Path) -> None:
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    row = json.loads((out / "summary.json").read_text())["policies"]["bestfit"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "timeline" and set(summary["policies"]) == {"fifo", "tessera"}
+    row = summary["policies"]["fifo"]
     # b waits for a's only GPU: from t=10 until a leaves at t=100; median of (0, 90) is 45.
-    assert row["wait_p50_s"] == 45.0 and row["queue_max"] == 1 and row["unplaced"] == 0
-    assert (out / "utilisation.png").exists()
+    assert row["wait_p50_s"]["1"] == 45.0 and row["unfinished"] == 0
+    assert row["wait_p95_s"]["8"] is None  # no job of that size
+    assert row["avg_jct_s"] == (100 + 100) / 2  # a: 0..100, b: 10..110
+    assert (out / "utilisation.png").exists() and (out / "waits.png").exists()
 
 
 def test_a_malformed_trace_exits_with_its_line_number(tmp_path: Path) -> None:

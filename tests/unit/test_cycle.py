@@ -1,23 +1,62 @@
+"""The scheduling cycle, stage by stage, on clusters small enough to reason about."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
 import numpy as np
 
-from shared.core.cluster import BoolArray, ClusterState
-from shared.core.cycle import PendingJob, run_cycle
+from shared.core.cluster import BoolArray, ClusterState, Placement
+from shared.core.cycle import (
+    CycleConfig,
+    CycleResult,
+    Place,
+    Preempt,
+    Release,
+    Reserve,
+    Resize,
+    Snapshot,
+    run_cycle,
+)
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
+from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
+from shared.core.plugins.order.fifo import Fifo
+from shared.core.plugins.order.las import LeastAttained
+from shared.core.queues import QueueSpec, QueueTree, vector
 from shared.core.registry import build_profile
 from shared.core.task import TaskShape
 from tests.unit.builders import cluster, node, task
 
+GPU1 = task(gpus=1)
+
+
+def profile(*shapes: TaskShape) -> Profile:
+    return build_profile("bestfit", TypicalWorkload.from_tasks(shapes or [GPU1], coverage=1.0))
+
+
+def job(job_id: str, gpus: int = 1, replicas: int = 1, **kw: object) -> Job:
+    fields: dict[str, object] = {"queue": "q", "tenant": "t", "shape": task(gpus=gpus), "replicas": replicas}
+    fields.update(kw)
+    return Job(id=job_id, **fields)  # type: ignore[arg-type]
+
+
+def running(
+    c: ClusterState, j: Job, node_gpus: list[tuple[int, tuple[int, ...]]], started: float = 0.0
+) -> Running:
+    """Take ``j``'s tasks on ``c`` (node, gpu slots per task) and describe it as running."""
+    placements = tuple(c.place(n, j.shape, g) for n, g in node_gpus)
+    return Running(j, placements, started)
+
+
+def cycle(snapshot: Snapshot, config: CycleConfig | None = None, now: float = 1000.0) -> CycleResult:
+    return run_cycle(snapshot, config or CycleConfig(profile()), now, np.random.default_rng(0))
+
 
 def test_a_gang_that_does_not_fit_whole_takes_nothing() -> None:
     c = cluster(node("a", gpus=2), node("b", gpus=2))
-    jobs = [PendingJob("big", task(gpus=2), replicas=3), PendingJob("small", task(gpus=1), replicas=2)]
-    result = run_cycle(
-        c,
-        jobs,
-        build_profile("bestfit", TypicalWorkload.from_tasks([task(gpus=1)])),
-        np.random.default_rng(0),
-    )
+    jobs = [job("big", gpus=2, replicas=3), job("small", replicas=2, submitted=1.0)]
+    result = cycle(Snapshot(c, jobs), CycleConfig(profile(), order=Fifo(), reserve=False))
     assert "big" in result.unschedulable and "big" not in result.placed
     assert len(result.placed["small"]) == 2
     assert c.used_gpu_milli() == 0  # the caller's state is never changed
@@ -25,30 +64,23 @@ def test_a_gang_that_does_not_fit_whole_takes_nothing() -> None:
 
 def test_every_replica_of_a_fitting_job_is_placed_without_overlap() -> None:
     c = cluster(node("a", gpus=4), node("b", gpus=4))
-    result = run_cycle(
-        c,
-        [PendingJob("j", task(gpus=2), replicas=4)],
-        build_profile("fgd", TypicalWorkload.from_tasks([task(gpus=2)])),
-        np.random.default_rng(0),
-    )
+    result = cycle(Snapshot(c, [job("j", gpus=2, replicas=4)]))
     slots = [(p.node, g) for p in result.placed["j"] for g in p.gpus]
     assert len(slots) == 8 and len(set(slots)) == 8
     assert result.touched == {0, 1}
+    assert [type(i) for i in result.intents] == [Place]
 
 
 def test_preferred_nodes_are_tried_first_and_any_node_after() -> None:
     c = cluster(node("a", gpus=2), node("b", gpus=2))
-    preferred = np.array([False, True])
-    profile = build_profile("bestfit", TypicalWorkload.from_tasks([task(gpus=1)]))
-    result = run_cycle(
-        c, [PendingJob("j", task(gpus=1), replicas=3)], profile, np.random.default_rng(0), preferred=preferred
-    )
+    preferred: BoolArray = np.array([False, True])
+    result = cycle(Snapshot(c, [job("j", replicas=3)], preferred=preferred))
     assert [p.node for p in result.placed["j"]] == [1, 1, 0]
 
 
 def test_a_shape_that_failed_is_not_searched_again_in_the_same_cycle() -> None:
     c = cluster(node("a", gpus=2))
-    base = build_profile("bestfit", TypicalWorkload.from_tasks([task(gpus=1)]))
+    base = profile()
     searched: list[int] = []
 
     class CountingFilter:
@@ -61,14 +93,208 @@ def test_a_shape_that_failed_is_not_searched_again_in_the_same_cycle() -> None:
         def could_ever_fit(self, cluster: ClusterState, t: TaskShape) -> BoolArray:
             return np.ones(cluster.size, dtype=np.bool_)
 
-    profile = Profile(base.name, [CountingFilter(), *base.filters], base.scorer)
-    jobs = [PendingJob(f"big{i}", task(gpus=4), replicas=1) for i in range(50)]
-    jobs += [PendingJob("gang", task(gpus=1), replicas=3), PendingJob("gang2", task(gpus=1), replicas=4)]
-    jobs += [PendingJob("one", task(gpus=1), replicas=1)]
-    result = run_cycle(c, jobs, profile, np.random.default_rng(0))
+    counting = Profile(base.name, [CountingFilter(), *base.filters], base.scorer)
+    jobs = [job(f"big{i}", gpus=4, submitted=float(i)) for i in range(50)]
+    jobs += [job("gang", replicas=3, submitted=60.0), job("gang2", replicas=4, submitted=61.0)]
+    jobs += [job("one", submitted=62.0)]
+    config = CycleConfig(counting, order=Fifo(), reserve=False, preempt=False, reclaim=False)
+    result = cycle(Snapshot(c, jobs), config)
     assert set(result.unschedulable) == {f"big{i}" for i in range(50)} | {"gang", "gang2"}
     assert result.unschedulable["big49"] == result.unschedulable["big0"]  # the same reason
     assert [p.node for p in result.placed["one"]] == [0]  # fewer replicas of that shape still tried
     # One search for the 4-GPU shape, three for the gang (two fit, the third fails), none for the
     # larger gang of the same shape, one for "one".
     assert searched == [4, 1, 1, 1, 1]
+
+
+def test_strict_fifo_starts_nothing_behind_a_job_that_does_not_fit() -> None:
+    c = cluster(node("a", gpus=4))
+    jobs = [job("head", gpus=8, submitted=0.0), job("small", submitted=1.0)]
+    config = CycleConfig(profile(), order=Fifo(), fair_share=False, strict=True, reserve=False)
+    result = cycle(Snapshot(c, jobs), config)
+    assert not result.placed
+    assert result.unschedulable["small"].plugin == "StrictOrder"
+
+
+def test_queues_take_turns_by_dominant_share_of_what_they_deserve() -> None:
+    c = cluster(node("a", gpus=4), node("b", gpus=4))
+    tree = QueueTree([QueueSpec("red", weight=1.0), QueueSpec("blue", weight=3.0)])
+    jobs = [job(f"r{i}", queue="red", submitted=float(i)) for i in range(8)]
+    jobs += [job(f"b{i}", queue="blue", submitted=100.0 + i) for i in range(8)]
+    result = cycle(Snapshot(c, jobs, queues=tree), CycleConfig(profile(), order=Fifo()))
+    placed = set(result.placed)
+    # 8 GPUs split 1:3 although every red job was submitted first.
+    assert sum(j.startswith("r") for j in placed) == 2 and sum(j.startswith("b") for j in placed) == 6
+
+
+def test_a_queue_at_its_max_waits_even_with_room_left() -> None:
+    c = cluster(node("a", gpus=8))
+    tree = QueueTree([QueueSpec("capped", max=vector(gpu=2000, cpu=1e12, memory=1e12))])
+    jobs = [job(f"j{i}", queue="capped", submitted=float(i)) for i in range(4)]
+    result = cycle(Snapshot(c, jobs, queues=tree))
+    assert set(result.placed) == {"j0", "j1"}
+    assert result.unschedulable["j2"].plugin == "QueueMax"
+
+
+def test_deserved_shares_fill_guarantees_first_then_split_the_rest_by_weight() -> None:
+    tree = QueueTree(
+        [
+            QueueSpec("a", weight=1.0, guarantee=vector(gpu=6000)),
+            QueueSpec("b", weight=1.0),
+            QueueSpec("c", weight=2.0),
+        ]
+    )
+    demand = {"a": vector(gpu=10_000), "b": vector(gpu=10_000), "c": vector(gpu=1_000)}
+    got = tree.deserved(vector(gpu=16_000), demand)
+    # a: its 6 guaranteed GPUs; c wants only 1; the remaining 9 split 1:1 between a and b.
+    assert got["c"][0] == 1_000
+    assert abs(got["a"][0] - 10_000) < 1e-6 and abs(got["b"][0] - 5_000) < 1e-6
+
+
+def test_a_large_blocked_job_reserves_and_a_short_job_backfills_before_it_starts() -> None:
+    c = cluster(node("a", gpus=8), node("b", gpus=8))
+    est = RuntimeEstimator()
+    long_run = job("long", gpus=4, duration_s=10_000.0)
+    hold = [
+        running(c, long_run, [(0, (0, 1, 2, 3))]),
+        running(c, replace(long_run, id="l2"), [(1, (0, 1, 2, 3))]),
+    ]
+    hold.append(running(c, replace(long_run, id="l3", duration_s=20_000.0), [(1, (4, 5, 6, 7))]))
+    big = job("big", gpus=8, submitted=1.0)
+    short = job("short", gpus=4, submitted=2.0, duration_s=100.0)
+    late = job("late", gpus=4, submitted=3.0, duration_s=50_000.0)
+    config = CycleConfig(profile(), order=Fifo(), fair_share=False, preempt=False, reclaim=False)
+    result = cycle(Snapshot(c, [big, short, late], hold, estimator=est), config, now=1000.0)
+    reserve = next(i for i in result.intents if isinstance(i, Reserve))
+    assert reserve.reservation.job == "big" and reserve.reservation.expected_start == 10_000.0
+    # Node b is full; the short job ends (1,100 s) before the reservation on a starts, so it
+    # backfills there; the long one would delay it and stays pending, although there is room.
+    assert "short" in result.placed and "late" not in result.placed
+    assert result.placed["short"][0].node in reserve.reservation.nodes
+
+
+def test_a_reservation_past_its_timeout_is_released_and_the_job_backs_off() -> None:
+    c = cluster(node("a", gpus=8))
+    hold = [running(c, job("x", gpus=8, duration_s=1e9), [(0, tuple(range(8)))])]
+    big = job("big", gpus=8)
+    held = Reservation("big", (0,), since=0.0, expected_start=100.0, timeout_at=500.0)
+    result = cycle(Snapshot(c, [big], hold, reservations={"big": held}), now=600.0)
+    release = next(i for i in result.intents if isinstance(i, Release))
+    assert release.job == "big" and release.backoff_until > 600.0
+    assert "big" not in result.reservations and "big" in result.backoff
+
+
+def test_two_blocked_gangs_never_hold_the_same_node() -> None:
+    c = cluster(*(node(n, gpus=8) for n in "abcd"))
+    hold = [
+        running(c, job(f"r{i}", gpus=4, duration_s=1000.0 * (i + 1)), [(i, (0, 1, 2, 3))]) for i in range(4)
+    ]
+    gangs = [job("g1", gpus=8, replicas=2, submitted=1.0), job("g2", gpus=8, replicas=2, submitted=2.0)]
+    config = CycleConfig(profile(), order=Fifo(), preempt=False, reclaim=False, reserve_min_gpus=0.0)
+    result = cycle(Snapshot(c, gangs, hold), config, now=10.0)
+    r = result.reservations
+    assert set(r) == {"g1", "g2"} and not set(r["g1"].nodes) & set(r["g2"].nodes)
+    assert r["g1"].expected_start < r["g2"].expected_start  # the first in order gets the earliest
+
+
+def _full_cluster() -> tuple[ClusterState, list[Running]]:
+    c = cluster(node("a", gpus=2))
+    low = job("low", priority=-100, checkpointable=True)
+    other = job("other", priority=-100, checkpointable=False)
+    return c, [running(c, low, [(0, (0,))]), running(c, other, [(0, (1,))])]
+
+
+def test_a_higher_priority_job_evicts_the_cheapest_victim_and_reserves_its_room() -> None:
+    c, hold = _full_cluster()
+    high = job("high", priority=100)
+    result = cycle(Snapshot(c, [high], hold), now=5000.0)
+    preempts = [i for i in result.intents if isinstance(i, Preempt)]
+    # Both victims are best-effort; the checkpointable one loses only its restart overhead.
+    assert [(p.victim, p.by) for p in preempts] == [("low", "high")]
+    assert preempts[0].grace_s == CycleConfig(profile()).grace_s
+    assert result.reservations["high"].preemption and result.reservations["high"].nodes == (0,)
+    assert not result.placed  # the room is free only once the victim is gone
+
+
+def test_no_preemption_for_equal_priority_or_a_victim_younger_than_its_minimum_run() -> None:
+    c, hold = _full_cluster()
+    same = job("same", priority=-100)
+    assert not cycle(Snapshot(c, [same], hold), now=5000.0).of(Preempt)
+    young = [replace(r, started=4900.0) for r in hold]
+    result = cycle(Snapshot(c, [job("high", priority=100)], young), now=5000.0)
+    assert not result.of(Preempt)
+    assert result.wake_at == 4900.0 + CycleConfig(profile()).min_runtime_s
+
+
+def test_a_job_preempted_its_maximum_times_is_not_evicted_again() -> None:
+    c, hold = _full_cluster()
+    worn = [replace(r, job=replace(r.job, preemptions=3)) for r in hold]
+    assert not cycle(Snapshot(c, [job("high", priority=100)], worn), now=5000.0).of(Preempt)
+
+
+def test_across_queues_only_borrowed_capacity_is_reclaimed() -> None:
+    c = cluster(node("a", gpus=4))
+    tree = QueueTree([QueueSpec("owner", guarantee=vector(gpu=2000)), QueueSpec("borrower")])
+    borrowed = [running(c, job(f"b{i}", queue="borrower"), [(0, (i,))]) for i in range(4)]
+    want = job("mine", queue="owner")
+    result = cycle(Snapshot(c, [want], borrowed, queues=tree), now=5000.0)
+    assert len(result.of(Preempt)) == 1
+    # With its guarantee in use, the owner reclaims nothing more.
+    mine = [running(cluster(node("a", gpus=4)), job(f"m{i}", queue="owner"), [(0, (i,))]) for i in range(2)]
+    c2 = cluster(node("a", gpus=4))
+    hold = [running(c2, r.job, [(0, r.placements[0].gpus)]) for r in mine]
+    hold += [running(c2, job(f"b{i}", queue="borrower"), [(0, (2 + i,))]) for i in range(2)]
+    assert not cycle(Snapshot(c2, [job("more", queue="owner")], hold, queues=tree), now=5000.0).of(Preempt)
+
+
+def test_an_elastic_job_shrinks_instead_of_a_job_being_preempted() -> None:
+    c = cluster(node("a", gpus=4))
+    elastic = job("el", replicas=3, min_replicas=1, priority=-100)
+    rigid = job("rigid", priority=-100)
+    hold = [running(c, elastic, [(0, (0,)), (0, (1,)), (0, (2,))]), running(c, rigid, [(0, (3,))])]
+    result = cycle(Snapshot(c, [job("high", priority=100)], hold), now=5000.0)
+    assert not result.of(Preempt)
+    resize = next(i for i in result.intents if isinstance(i, Resize))
+    assert (resize.job, resize.replicas, resize.removed, resize.by) == ("el", 2, (2,), "high")
+
+
+def test_a_running_elastic_job_grows_into_idle_room() -> None:
+    c = cluster(node("a", gpus=4))
+    elastic = job("el", replicas=4, min_replicas=1)
+    hold = [running(c, elastic, [(0, (0,))])]
+    result = cycle(Snapshot(c, [], hold))
+    resize = next(i for i in result.intents if isinstance(i, Resize))
+    assert resize.replicas == 4 and len(resize.added) == 3 and not resize.removed
+
+
+def test_an_elastic_job_starts_at_its_minimum_when_room_is_short() -> None:
+    c = cluster(node("a", gpus=2))
+    result = cycle(Snapshot(c, [job("el", replicas=8, min_replicas=2)]))
+    assert len(result.placed["el"]) == 2
+
+
+def test_las_preempts_the_job_with_the_most_service() -> None:
+    c = cluster(node("a", gpus=1))
+    veteran = replace(job("veteran"), attained_gpu_s=50_000.0)
+    hold = [running(c, veteran, [(0, (0,))], started=0.0)]
+    config = CycleConfig(
+        profile(), order=LeastAttained(), fair_share=False, preempt=False, reclaim=False, min_runtime_s=0.0
+    )
+    result = cycle(Snapshot(c, [job("fresh")], hold), config, now=100.0)
+    assert [p.victim for p in result.of(Preempt)] == ["veteran"]
+
+
+def test_the_same_snapshot_and_seed_give_the_same_intents() -> None:
+    c = cluster(*(node(f"n{i}", gpus=8) for i in range(6)))
+    jobs = [job(f"j{i}", gpus=1 + i % 4, submitted=float(i), queue=f"q{i % 3}") for i in range(40)]
+    config = CycleConfig(profile(*(j.shape for j in jobs)))
+    a = run_cycle(Snapshot(c, jobs), config, 10.0, np.random.default_rng(5))
+    b = run_cycle(Snapshot(c, jobs), config, 10.0, np.random.default_rng(5))
+    assert a.intents == b.intents and a.unschedulable == b.unschedulable
+
+
+def test_placements_are_always_in_the_callers_node_indices() -> None:
+    c = cluster(node("a", gpus=2), node("b", gpus=2))
+    result = cycle(Snapshot(c, [job("j", replicas=2)]))
+    for p in result.placed["j"]:
+        assert isinstance(p, Placement) and c.fits(p.node, p.task, p.gpus)

@@ -1,0 +1,1 @@
+"""The stages of a scheduling cycle (verbs), run in order by ``shared.core.cycle.run_cycle``."""

@@ -1,0 +1,248 @@
+"""The scratch state one cycle's stages share: the private cluster copy, queue usage, reservations.
+
+Created by ``run_cycle`` and dropped with it; nothing here outlives a cycle except what
+:meth:`CycleContext.finish` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared.core.cluster import BoolArray, ClusterState, Placement
+from shared.core.cycle import (
+    CycleConfig,
+    CycleResult,
+    Intent,
+    Place,
+    Reserve,
+    Snapshot,
+)
+from shared.core.framework import Code, Status
+from shared.core.jobs import Job, Reservation, Running
+from shared.core.queues import QueueTree, demand_of, dominant_share
+from shared.core.statement import Statement
+
+_ZERO = (0.0, 0.0, 0.0)
+
+
+@dataclass
+class CycleContext:
+    snapshot: Snapshot
+    config: CycleConfig
+    now: float
+    rng: np.random.Generator
+    queues: QueueTree
+    cluster: ClusterState = field(init=False)  # the cycle's private copy of the snapshot's
+    intents: list[Intent] = field(default_factory=list)
+    placed: dict[str, list[Placement]] = field(default_factory=dict)
+    unschedulable: dict[str, Status] = field(default_factory=dict)
+    touched: set[int] = field(default_factory=set)
+    usage: dict[str, list[float]] = field(default_factory=dict)
+    """Per leaf queue: (milli-GPU, milli-CPU, MiB) its running and just-placed jobs hold.  Plain
+    floats, not arrays: a busy cycle reads them for every job it looks at."""
+    deserved: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # per queue
+    blocked: list[Job] = field(default_factory=list)  # jobs allocate could not place, in order
+    ordered: dict[str, list[Job]] = field(default_factory=dict)  # per leaf: pending, in order
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    backoff: dict[str, float] = field(default_factory=dict)
+    evicting: set[str] = field(default_factory=set)  # jobs already being preempted
+    wake_at: float = float("inf")
+    stopped: Status | None = None  # why allocate stopped early (strict order, budget), if it did
+    release: dict[int, list[tuple[float, int, int, tuple[tuple[int, int], ...]]]] | None = None
+    """Per node, what holds room there and when it is expected to go (``reserve.release_index``)."""
+    considered: int = 0  # pending jobs allocate has looked at (queue_depth)
+    reservations_full: bool = False  # max_reservations reached in this allocate
+    victims: object | None = None  # preempt.VictimIndex, built when a preemptor first needs it
+
+    def __post_init__(self) -> None:
+        self.cluster = self.snapshot.cluster.copy()
+        self.stmt = Statement(self.cluster)
+        self.pending_by_id: dict[str, Job] = {j.id: j for j in self.snapshot.pending}
+        pending = self.pending_by_id
+        self.reservations = {
+            job: r for job, r in self.snapshot.reservations.items() if r.nodes and job in pending
+        }
+        self.backoff = {job: t for job, t in self.snapshot.backoff.items() if t > self.now}
+        self.running_by_id: dict[str, Running] = {r.job.id: r for r in self.snapshot.running}
+        self.evicting = {r.job.id for r in self.snapshot.running if r.preempting}
+        self._shares: dict[str, float] = {}
+        self._estimates: dict[str, float] = {}
+        # Queues with a finite max on themselves or an ancestor: only they need the max check.
+        tree = self.queues
+        self._capped = {
+            q for q in tree.specs if any(np.isfinite(tree.specs[a].max).any() for a in tree.ancestors(q))
+        }
+        self._reserved_by = np.full(self.cluster.size, -1, dtype=np.int64)
+        self._reservation_ids: list[str] = []
+        self._rebuild_reserved()
+
+    # -- queue bookkeeping -------------------------------------------------------------------
+    def queue_of(self, job: Job) -> str:
+        return job.queue if job.queue in self.queues.specs else ""
+
+    def add_usage(self, job: Job, replicas: int, sign: float = 1.0) -> None:
+        q = self.queue_of(job)
+        if q:
+            u = self.usage.setdefault(q, [0.0, 0.0, 0.0])
+            s = job.shape
+            u[0] += sign * s.total_gpu_milli * replicas
+            u[1] += sign * s.cpu_milli * replicas
+            u[2] += sign * s.memory_mib * replicas
+            self._shares.pop(q, None)
+
+    def within_max(self, job: Job, replicas: int) -> bool:
+        """Whether ``replicas`` more tasks keep the job's queue and its ancestors within ``max``."""
+        q = self.queue_of(job)
+        if not q or q not in self._capped:
+            return True
+        extra = demand_of(job.shape, replicas)
+        totals = self.queues.subtree_totals({k: np.array(v) for k, v in self.usage.items()})
+        for name in self.queues.ancestors(q):
+            if bool((totals[name] + extra > self.queues.specs[name].max + 1e-9).any()):
+                return False
+        return True
+
+    def share(self, queue: str) -> float:
+        """The queue's dominant share of its deserved amount (kept until its usage changes)."""
+        found = self._shares.get(queue)
+        if found is None:
+            found = dominant_share(self.usage.get(queue, _ZERO), self.deserved.get(queue, _ZERO))
+            self._shares[queue] = found
+        return found
+
+    def below_deserved(self, job: Job, replicas: int) -> bool:
+        """Whether the job's queue stays within its deserved share with ``replicas`` more tasks."""
+        q = self.queue_of(job)
+        if not q:
+            return False
+        u, d, s = self.usage.get(q, _ZERO), self.deserved.get(q, _ZERO), job.shape
+        return (
+            u[0] + s.total_gpu_milli * replicas <= d[0] + 1e-9
+            and u[1] + s.cpu_milli * replicas <= d[1] + 1e-9
+            and u[2] + s.memory_mib * replicas <= d[2] + 1e-9
+        )
+
+    def within_guarantee(self, job: Job, replicas: int) -> bool:
+        """Whether the job's queue stays within its guarantee with ``replicas`` more tasks, in
+        every dimension the guarantee names (what reclaim may take back for it)."""
+        spec = self.queues.specs.get(job.queue)
+        if spec is None:
+            return False
+        u, s = self.usage.get(job.queue, _ZERO), job.shape
+        need = (s.total_gpu_milli * replicas, s.cpu_milli * replicas, s.memory_mib * replicas)
+        named = False
+        for d in range(3):
+            g = float(spec.guarantee[d])
+            if g > 0:
+                if u[d] + need[d] > g + 1e-9:
+                    return False
+                named = named or need[d] > 0
+        return named
+
+    def borrowed(self, queue: str) -> tuple[float, float, float]:
+        """What the queue uses beyond its guarantee, per dimension (0 where it is within)."""
+        spec = self.queues.specs.get(queue)
+        u = self.usage.get(queue, _ZERO)
+        if spec is None:
+            return (0.0, 0.0, 0.0)
+        g = spec.guarantee
+        return (max(0.0, u[0] - float(g[0])), max(0.0, u[1] - float(g[1])), max(0.0, u[2] - float(g[2])))
+
+    # -- reservations ------------------------------------------------------------------------
+    def _rebuild_reserved(self) -> None:
+        self._reserved_by[:] = -1
+        self._reservation_ids = list(self.reservations)
+        for k, job in enumerate(self._reservation_ids):
+            for node in self.reservations[job].nodes:
+                if 0 <= node < self.cluster.size and self._reserved_by[node] < 0:
+                    self._reserved_by[node] = k
+
+    def reserved_mask(self) -> BoolArray:
+        mask: BoolArray = self._reserved_by >= 0
+        return mask
+
+    def open_to(self, job: Job, backfill_end: float | None = None) -> BoolArray:
+        """Nodes ``job`` may use: unreserved ones, its own reservation's, and (``backfill_end``:
+        when it would end) those whose reservation starts only after that."""
+        mask: BoolArray = self._reserved_by < 0
+        own = self.reservations.get(job.id)
+        if own is not None:
+            mask = mask.copy()
+            mask[list(own.nodes)] = True
+        if backfill_end is not None:
+            for k, rid in enumerate(self._reservation_ids):
+                r = self.reservations[rid]
+                if not r.preemption and r.expected_start >= backfill_end:
+                    mask = mask | (self._reserved_by == k)
+        return mask
+
+    def hold(self, reservation: Reservation) -> None:
+        known = self.reservations.get(reservation.job)
+        self.reservations[reservation.job] = reservation
+        self._rebuild_reserved()
+        if known != reservation:
+            self.intents.append(Reserve(reservation))
+        self.wake(reservation.timeout_at)
+
+    def drop_reservation(self, job: str) -> Reservation | None:
+        found = self.reservations.pop(job, None)
+        if found is not None:
+            self._rebuild_reserved()
+            self.reservations_full = False
+        return found
+
+    def wake(self, at: float) -> None:
+        if at > self.now:
+            self.wake_at = min(self.wake_at, at)
+
+    # -- outcomes ----------------------------------------------------------------------------
+    def estimate(self, job: Job) -> float:
+        """The estimator's run time for ``job``, asked once per cycle."""
+        found = self._estimates.get(job.id)
+        if found is None:
+            found = self._estimates[job.id] = self.snapshot.estimator.estimate(job)
+        return found
+
+    def held_reservations(self) -> int:
+        return sum(1 for r in self.reservations.values() if not r.preemption)
+
+    def actionable(self, job: Job) -> bool:
+        allowed = self.snapshot.actionable
+        return allowed is None or job.id in allowed
+
+    def record_place(self, job: Job, placements: list[Placement]) -> None:
+        self.placed[job.id] = placements
+        self.touched.update(p.node for p in placements)
+        self.intents.append(Place(job.id, tuple(placements)))
+        if self.release is not None:  # the new tasks hold room until their expected end
+            end = self.now + self.estimate(job)
+            for p in placements:
+                t = p.task
+                rows = self.release.setdefault(p.node, [])
+                rows.append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
+                rows.sort(key=lambda x: x[0])
+        self.add_usage(job, len(placements))
+        self.unschedulable.pop(job.id, None)
+        self.drop_reservation(job.id)
+
+    def refuse(self, job: Job, status: Status) -> None:
+        self.unschedulable[job.id] = status
+
+    def finish(self) -> CycleResult:
+        return CycleResult(
+            intents=self.intents,
+            placed=self.placed,
+            unschedulable=self.unschedulable,
+            touched=self.touched,
+            reservations=dict(self.reservations),
+            backoff=dict(self.backoff),
+            wake_at=self.wake_at,
+        )
+
+
+QUEUE_MAX = Status(Code.UNSCHEDULABLE, "QueueMax", "its queue (or a parent) would exceed its max quota")
+BEHIND_HEAD = Status(Code.UNSCHEDULABLE, "StrictOrder", "an earlier job does not fit (strict order)")
+BUDGET = Status(Code.UNSCHEDULABLE, "CycleBudget", "the cycle placed its most jobs; next cycle")
+DEPTH = Status(Code.UNSCHEDULABLE, "QueueDepth", "beyond the jobs a cycle looks at; a later cycle will")

@@ -1,0 +1,417 @@
+"""Stage 3, preempt and reclaim: make room for blocked jobs by evicting (or shrinking) others.
+
+1. The blocked jobs are taken in allocate's order, at most ``max_preemptors`` per cycle; one
+   whose victims are already leaving waits for them (its preemption reservation).
+2. Who may be evicted for a job J (every rule must hold):
+   * not J, not already leaving, started at least ``min_runtime_s`` ago, preempted fewer than
+     ``max_preemptions`` times (a job cannot be bounced forever: Kueue #3779, Volcano #4808);
+   * and one of: **priority** (same queue, strictly lower priority); **starvation** (J waited past
+     its queue's ``preempt-after``: strictly lower priority anywhere); **reclaim** (J's queue stays
+     within its guarantee with J, the victim's queue uses more than its own guarantee and
+     stays at or above it after the eviction, and the victim's priority is not above J's); or, for a
+     preemptive order (LAS), a strictly lower rank.
+   Never for a job of equal or lower priority, except reclaim, which takes borrowed room back
+   at equal priority (a queue's guarantee would otherwise depend on its borrowers finishing).
+3. Units of eviction: a whole victim job (all its tasks, a gang is never cut), or one replica of
+   an elastic job above its minimum (a *shrink*: no work is lost).
+4. For each replica of J, every node that could hold it once its eligible units left is
+   scored by the units it needs, chosen cheapest first: (highest victim priority, GPU-seconds
+   lost, number of victims, GPU left over on the node); the lowest wins (the issue's order:
+   priority, work lost since the last checkpoint, victims, fragmentation).  A checkpointable
+   victim checkpoints within its grace and loses only ``restart_overhead_s`` per GPU; any other
+   loses everything since it started.
+5. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
+   they are gone) are the intents; nothing is placed yet.  Victims' usage leaves their queues at
+   once, so later preemptors in the same cycle see what is already being freed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.core.actions.context import CycleContext
+from shared.core.actions.reserve import fit_count
+from shared.core.cluster import BoolArray, IntArray
+from shared.core.cycle import Preempt, Resize
+from shared.core.framework import Code
+from shared.core.jobs import Job, Reservation, Running
+
+MAX_NODES_EXAMINED = 64
+"""Nodes examined exactly per replica, the most promising first (by their cheapest eviction)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What one eviction takes: a whole job, or one task of an elastic job (a shrink)."""
+
+    running: Running
+    task: int  # -1: the whole job
+    lost_gpu_s: float
+    priority: int
+
+    @property
+    def job_id(self) -> str:
+        return self.running.job.id
+
+    @property
+    def shrink(self) -> bool:
+        return self.task >= 0
+
+
+class VictimIndex:
+    """Per cycle, the running tasks as arrays (node, priority, queue, start, ...) so that one
+    preemptor's eligible victims and each node's evictable room are a few numpy operations."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        running = list(ctx.snapshot.running)
+        self.running = running
+        rows = [(k, i, p) for k, r in enumerate(running) for i, p in enumerate(r.placements)]
+        self.job = np.array([k for k, _, _ in rows], dtype=np.int64)
+        self.task = np.array([i for _, i, _ in rows], dtype=np.int64)
+        self.node = np.array([p.node for _, _, p in rows], dtype=np.int64)
+        self.cpu = np.array([p.task.cpu_milli for _, _, p in rows], dtype=np.int64)
+        self.mem = np.array([p.task.memory_mib for _, _, p in rows], dtype=np.int64)
+        self.gpu = np.array([p.task.total_gpu_milli for _, _, p in rows], dtype=np.int64)
+        self.placement = [p for _, _, p in rows]
+        qnames = sorted({r.job.queue for r in running})
+        qpos = {q: i for i, q in enumerate(qnames)}
+        self.queue_names = qnames
+        self.job_queue = np.array([qpos[r.job.queue] for r in running], dtype=np.int64)
+        self.job_priority = np.array([r.job.priority for r in running], dtype=np.int64)
+        self.job_started = np.array([r.started for r in running], dtype=np.float64)
+        self.job_preemptions = np.array([r.job.preemptions for r in running], dtype=np.int64)
+        self.job_elastic_room = np.array([r.replicas - r.job.fewest for r in running], dtype=np.int64)
+        self.job_replicas = np.array([r.replicas for r in running], dtype=np.int64)
+        self.job_gpu = np.array([r.job.shape.total_gpu_milli * r.replicas for r in running], dtype=np.float64)
+        self.job_cpu = np.array([r.job.shape.cpu_milli * r.replicas for r in running], dtype=np.float64)
+        self.job_mem = np.array([r.job.shape.memory_mib * r.replicas for r in running], dtype=np.float64)
+        self.by_id = {r.job.id: k for k, r in enumerate(running)}
+
+
+def run(ctx: CycleContext) -> None:
+    cfg = ctx.config
+    if not (cfg.preempt or cfg.reclaim or cfg.order.preemptive) or not ctx.snapshot.running:
+        return
+    tried = 0
+    # Victims only get fewer as a cycle goes on, so a preemptor that found none stands for every
+    # later one with the same queue, priority, shape and at least as many replicas.
+    failed: dict[tuple[str, int, object], int] = {}
+    floor = _lowest(ctx)
+    may: dict[tuple[str, int, object, int, bool], bool] = {}  # _may_preempt, until a preemption commits
+    for job in list(ctx.blocked):
+        if tried >= cfg.max_preemptors:
+            break
+        if job.id in ctx.placed or not ctx.actionable(job):
+            continue
+        if ctx.unschedulable[job.id].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            continue
+        held = ctx.reservations.get(job.id)
+        if held is not None and held.preemption:
+            continue  # its victims are on their way out
+        key = (job.queue, job.priority, job.shape)
+        if key in failed and job.fewest >= failed[key]:
+            continue
+        spec = ctx.queues.specs.get(job.queue)
+        starving = (
+            spec is not None
+            and spec.preempt_after_s is not None
+            and ctx.now - job.since >= spec.preempt_after_s
+        )
+        gate = (job.queue, job.priority, job.shape, job.fewest, starving)
+        allowed = may.get(gate)
+        if allowed is None or ctx.config.order.preemptive:
+            allowed = may[gate] = _may_preempt(ctx, job, floor)
+        if not allowed:
+            continue
+        tried += 1
+        if preempt_for(ctx, job):
+            may.clear()  # shares moved
+        else:
+            failed[key] = min(job.fewest, failed.get(key, job.fewest))
+
+
+def _lowest(ctx: CycleContext) -> dict[str, int]:
+    """The lowest priority running in each queue ("" for the whole cluster)."""
+    floor: dict[str, int] = {}
+    for r in ctx.snapshot.running:
+        p = r.job.priority
+        if p < floor.get(r.job.queue, p + 1):
+            floor[r.job.queue] = p
+        if p < floor.get("", p + 1):
+            floor[""] = p
+    return floor
+
+
+def _may_preempt(ctx: CycleContext, job: Job, floor: dict[str, int]) -> bool:
+    """A cheap test of whether any rule could let ``job`` evict anything at all."""
+    cfg = ctx.config
+    if cfg.order.preemptive:
+        return True
+    if cfg.preempt:
+        if job.priority > floor.get(job.queue, job.priority):
+            return True
+        spec = ctx.queues.specs.get(job.queue)
+        if (
+            spec is not None
+            and spec.preempt_after_s is not None
+            and job.priority > floor.get("", job.priority)
+        ):
+            if ctx.now - job.since >= spec.preempt_after_s:
+                return True
+            ctx.wake(job.since + spec.preempt_after_s)
+    if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
+        return any(q != job.queue and ctx.borrowed(q)[0] + ctx.borrowed(q)[1] > 0 for q in ctx.usage)
+    return False
+
+
+def _index(ctx: CycleContext) -> VictimIndex:
+    if not isinstance(ctx.victims, VictimIndex):
+        ctx.victims = VictimIndex(ctx)
+    return ctx.victims
+
+
+def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
+    """Per running job: may it be evicted for ``job``; and the reason names per rule."""
+    cfg, now, idx = ctx.config, ctx.now, _index(ctx)
+    n = len(idx.running)
+    base = np.ones(n, dtype=np.bool_)
+    base &= idx.job_started <= now - cfg.min_runtime_s
+    young = idx.job_started > now - cfg.min_runtime_s
+    if young.any():
+        ctx.wake(float(idx.job_started[young].min()) + cfg.min_runtime_s)
+    for j in ctx.evicting:
+        k = idx.by_id.get(j)
+        if k is not None:
+            base[k] = False
+    me = idx.by_id.get(job.id)
+    if me is not None:
+        base[me] = False
+    ok = np.zeros(n, dtype=np.bool_)
+    reasons: list[str] = []
+    if cfg.order.preemptive:
+        ranks = np.array(
+            [
+                cfg.order.rank(r.job, r.job.attained_gpu_s + (now - r.started) * r.job.gpus)
+                for r in idx.running
+            ]
+        )
+        mine = cfg.order.rank(job, job.attained_gpu_s)
+        ok |= ranks < mine
+        reasons.append(cfg.order.name)
+    if cfg.preempt:
+        lower = idx.job_priority < job.priority
+        own_q = np.array([q == job.queue for q in idx.queue_names], dtype=np.bool_)
+        same = own_q[idx.job_queue] if idx.queue_names else np.zeros(n, dtype=np.bool_)
+        ok |= lower & same
+        reasons.append("priority")
+        spec = ctx.queues.specs.get(job.queue)
+        if spec is not None and spec.preempt_after_s is not None:
+            if now - job.since >= spec.preempt_after_s:
+                ok |= lower
+                reasons.append("starvation")
+            else:
+                ctx.wake(job.since + spec.preempt_after_s)
+    if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
+        # A victim of another queue is on borrowed room if its queue stays at or above its
+        # guarantee without it, in every dimension the reclaimer needs.
+        s = job.shape
+        needs = (s.total_gpu_milli > 0, s.cpu_milli > 0, s.memory_mib > 0)
+        spare = np.array([ctx.borrowed(q) if q != job.queue else (-1.0, -1.0, -1.0) for q in idx.queue_names])
+        if spare.size:
+            rows = spare[idx.job_queue]
+            fits = np.ones(n, dtype=np.bool_)
+            lent = np.zeros(n, dtype=np.bool_)
+            for d, demand in enumerate((idx.job_gpu, idx.job_cpu, idx.job_mem)):
+                if needs[d]:
+                    fits &= rows[:, d] >= demand - 1e-9
+                    lent |= rows[:, d] > 1e-9
+            reclaimable = fits & lent & (idx.job_priority <= job.priority)
+            if reclaimable.any():
+                ok |= reclaimable
+                reasons.append("reclaim")
+    shrinkable = idx.job_elastic_room > 0
+    # A job bounced max_preemptions times is not evicted again; shrinking it is no preemption.
+    whole_ok = ok & base & (idx.job_preemptions < cfg.max_preemptions)
+    return whole_ok | (ok & base & shrinkable), reasons
+
+
+def _lost(ctx: CycleContext, r: Running) -> float:
+    gpus = r.job.shape.total_gpu_milli * r.replicas / 1000.0
+    if r.job.checkpointable:
+        return ctx.config.restart_overhead_s * gpus
+    return max(0.0, ctx.now - r.started) * gpus
+
+
+def preempt_for(ctx: CycleContext, job: Job) -> bool:
+    """Find victims for ``job``'s fewest replicas; on success append the intents."""
+    idx = _index(ctx)
+    ok, reasons = eligible_jobs(ctx, job)
+    if not ok.any():
+        return False
+    cfg, c = ctx.config, ctx.cluster
+    allowed = ctx.open_to(job)
+    for f in cfg.profile.filters:
+        allowed &= f.could_ever_fit(c, job.shape)
+    task_ok = ok[idx.job]
+    # Free state as victims (virtually) leave; nothing in the cluster copy changes.
+    cpu_free, mem_free, gpu_free = c.cpu_free.copy(), c.mem_free.copy(), c.gpu_free.copy()
+    chosen: dict[str, Unit] = {}
+    nodes: list[int] = []
+    for _ in range(job.fewest):
+        pick = _best_node(ctx, job, idx, task_ok, allowed, chosen, cpu_free, mem_free, gpu_free)
+        if pick is None:
+            return False
+        node, units = pick
+        for u in units:
+            chosen[u.job_id if not u.shrink else f"{u.job_id}#{u.task}"] = u
+            _free(idx, u, cpu_free, mem_free, gpu_free)
+        _take(job, node, cpu_free, mem_free, gpu_free)
+        nodes.append(node)
+    _commit(ctx, job, chosen, tuple(sorted(set(nodes))), "+".join(reasons))
+    return True
+
+
+def _candidate_units(
+    ctx: CycleContext, idx: VictimIndex, node: int, task_ok: BoolArray, chosen: dict[str, Unit]
+) -> list[Unit]:
+    rows = np.flatnonzero((idx.node == node) & task_ok)
+    units: dict[str, Unit] = {}
+    for row in rows.tolist():
+        k = int(idx.job[row])
+        r = idx.running[k]
+        if r.job.id in chosen:
+            continue
+        if idx.job_elastic_room[k] > 0:
+            # Shrinkable: its highest-numbered task still running, while above the minimum (a
+            # shrink stops the highest-numbered replicas, so the others keep their numbers).
+            gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
+            top = r.replicas - 1 - gone
+            if int(idx.task[row]) == top and top >= r.job.fewest:
+                units[f"{r.job.id}#{top}"] = Unit(r, top, 0.0, r.job.priority)
+                continue
+            if r.job.preemptions >= ctx.config.max_preemptions or gone:
+                continue
+        units.setdefault(r.job.id, Unit(r, -1, _lost(ctx, r), r.job.priority))
+    return sorted(units.values(), key=lambda u: (u.priority, u.lost_gpu_s, u.job_id, u.task))
+
+
+def _best_node(
+    ctx: CycleContext,
+    job: Job,
+    idx: VictimIndex,
+    task_ok: BoolArray,
+    allowed: BoolArray,
+    chosen: dict[str, Unit],
+    cpu_free: IntArray,
+    mem_free: IntArray,
+    gpu_free: IntArray,
+) -> tuple[int, list[Unit]] | None:
+    shape = job.shape
+    # Room if every eligible task on the node left: a cheap test that rules most nodes out.
+    n = ctx.cluster.size
+    sel = task_ok
+    ev_cpu = np.bincount(idx.node[sel], weights=idx.cpu[sel], minlength=n)
+    ev_mem = np.bincount(idx.node[sel], weights=idx.mem[sel], minlength=n)
+    ev_gpu = np.bincount(idx.node[sel], weights=idx.gpu[sel], minlength=n)
+    enough = (
+        allowed
+        & (cpu_free + ev_cpu >= shape.cpu_milli)
+        & (mem_free + ev_mem >= shape.memory_mib)
+        & (gpu_free.sum(axis=1) + ev_gpu >= shape.total_gpu_milli)
+    )
+    cand = np.flatnonzero(enough)
+    if cand.size == 0:
+        return None
+    # Most promising first: the node's cheapest eligible victim priority, then least GPU free.
+    low = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(low, idx.node[sel], idx.job_priority[idx.job[sel]])
+    order = np.lexsort((-gpu_free[cand].sum(axis=1), low[cand]))
+    best: tuple[tuple[float, float, int, int], int, list[Unit]] | None = None
+    for node in cand[order][:MAX_NODES_EXAMINED].tolist():
+        cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].copy()
+        taken: list[Unit] = []
+        if fit_count(cpu, mem, gpu, shape) < 1:
+            for u in _candidate_units(ctx, idx, node, task_ok, chosen):
+                taken.append(u)
+                for row in _rows_of(idx, u, node):
+                    p = idx.placement[row]
+                    cpu += p.task.cpu_milli
+                    mem += p.task.memory_mib
+                    for g in p.gpus:
+                        gpu[g] += p.task.gpu_milli
+                if fit_count(cpu, mem, gpu, shape) >= 1:
+                    break
+            else:
+                continue
+        left = int(gpu.sum()) - shape.total_gpu_milli
+        cost = (
+            float(max((u.priority for u in taken), default=-(10**9))),
+            sum(u.lost_gpu_s for u in taken),
+            len(taken),
+            left,
+        )
+        if best is None or cost < best[0]:
+            best = (cost, node, taken)
+    return None if best is None else (best[1], best[2])
+
+
+def _rows_of(idx: VictimIndex, u: Unit, node: int | None = None) -> list[int]:
+    k = idx.by_id[u.job_id]
+    mask = idx.job == k
+    if u.shrink:
+        mask &= idx.task == u.task
+    if node is not None:
+        mask &= idx.node == node
+    return np.flatnonzero(mask).tolist()
+
+
+def _free(idx: VictimIndex, u: Unit, cpu: IntArray, mem: IntArray, gpu: IntArray) -> None:
+    for row in _rows_of(idx, u):
+        p = idx.placement[row]
+        cpu[p.node] += p.task.cpu_milli
+        mem[p.node] += p.task.memory_mib
+        for g in p.gpus:
+            gpu[p.node, g] += p.task.gpu_milli
+
+
+def _take(job: Job, node: int, cpu: IntArray, mem: IntArray, gpu: IntArray) -> None:
+    """Take one replica's room on ``node`` in the virtual free state (best-fit GPU choice)."""
+    shape = job.shape
+    cpu[node] -= shape.cpu_milli
+    mem[node] -= shape.memory_mib
+    row = gpu[node]
+    if shape.is_shared:
+        fits = np.where(row >= shape.gpu_milli, row, np.iinfo(np.int64).max)
+        row[int(np.argmin(fits))] -= shape.gpu_milli
+    elif shape.num_gpu:
+        free = np.flatnonzero(row == 1000)[: shape.num_gpu]
+        row[free] = 0
+
+
+def _commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[int, ...], why: str) -> None:
+    cfg = ctx.config
+    grace = 0.0
+    shrinks: dict[str, list[int]] = {}
+    for u in chosen.values():
+        r = u.running
+        if u.shrink:
+            shrinks.setdefault(r.job.id, []).append(u.task)
+            ctx.add_usage(r.job, 1, -1.0)
+            continue
+        g = cfg.grace_s if r.job.checkpointable else 0.0
+        grace = max(grace, g)
+        ctx.intents.append(Preempt(r.job.id, job.id, g, why, u.lost_gpu_s))
+        ctx.evicting.add(r.job.id)
+        ctx.add_usage(r.job, r.replicas, -1.0)
+    for job_id, tasks in shrinks.items():
+        r = ctx.running_by_id[job_id]
+        keep = r.replicas - len(tasks)
+        ctx.intents.append(Resize(job_id, keep, (), tuple(sorted(tasks)), by=job.id))
+        ctx.evicting.add(job_id)  # one change per job per cycle
+        grace = max(grace, cfg.grace_s)
+    ctx.add_usage(job, job.fewest)
+    ctx.release = None
+    timeout = ctx.now + grace + cfg.reserve_timeout_s
+    ctx.hold(Reservation(job.id, nodes, ctx.now, ctx.now + grace, timeout, preemption=True))

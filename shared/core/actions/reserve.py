@@ -1,0 +1,150 @@
+"""Reservations: where and when a blocked job will start, held so that no one else takes the room.
+
+For a blocked job, each node that could ever hold a replica is replayed forward in time: its
+running tasks end at their expected ends (start plus the estimator's run time), and after each
+end we count how many replicas now fit.  Every such moment is a *slot*; the job's reservation is
+the ``fewest`` earliest slots, on nodes no other reservation holds (reservations never overlap,
+so two blocked gangs can never hold halves of each other's room: Volcano #5805).  Its expected
+start is the last of those slots; backfill may use the held nodes only for jobs expected to end
+by then.
+
+Who reserves: a job at least ``reserve_min_gpus`` large or blocked ``reserve_after_s``, not in
+back-off, while fewer than ``max_reservations`` are held.  A reservation is released
+``timeout`` past its expected start if the job still has not started (estimates were wrong and
+the held room idles): a gang's own ``gang.timeout-s``, else ``reserve_timeout_s``; the job then
+backs off for as long.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from shared.core.actions.context import CycleContext
+from shared.core.cluster import IntArray, Placement
+from shared.core.jobs import Job, Reservation
+from shared.core.task import MILLI, TaskShape
+
+
+def fit_count(cpu: int, mem: int, gpu_row: IntArray, shape: TaskShape) -> int:
+    """How many tasks of ``shape`` fit in a node's free resources (ignoring the GPU model)."""
+    counts = []
+    if shape.cpu_milli:
+        counts.append(cpu // shape.cpu_milli)
+    if shape.memory_mib:
+        counts.append(mem // shape.memory_mib)
+    if shape.num_gpu:
+        if shape.is_shared:
+            counts.append(int((gpu_row // shape.gpu_milli).sum()))
+        else:
+            counts.append(int((gpu_row == MILLI).sum()) // shape.num_gpu)
+    return int(min(counts)) if counts else 64
+
+
+Release = list[tuple[float, int, int, tuple[tuple[int, int], ...]]]
+
+
+def release_index(ctx: CycleContext) -> dict[int, Release]:
+    """Per node, (expected end, cpu, memory, (GPU slot, milli) pairs) of what holds room there,
+    soonest first: running tasks, tasks placed earlier in this cycle, victims leaving."""
+    if ctx.release is not None:
+        return ctx.release
+    est, now, grace = ctx.snapshot.estimator, ctx.now, ctx.config.grace_s
+    index: dict[int, Release] = defaultdict(list)
+
+    def add(end: float, placements: Sequence[Placement]) -> None:
+        for p in placements:
+            t = p.task
+            index[p.node].append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
+
+    for r in ctx.snapshot.running:
+        end = now + grace if r.job.id in ctx.evicting else est.expected_end(r, now)
+        add(end, r.placements)
+    for job_id, placements in ctx.placed.items():
+        job = ctx.pending_by_id.get(job_id)
+        add(now + (ctx.estimate(job) if job is not None else est.default_s), placements)
+    for items in index.values():
+        items.sort(key=lambda x: x[0])
+    ctx.release = index
+    return index
+
+
+def node_slots(ctx: CycleContext, node: int, shape: TaskShape, need: int) -> list[float]:
+    """Moments at which the 1st, 2nd, ... replica of ``shape`` fits on ``node`` (at most ``need``)."""
+    c = ctx.cluster
+    cpu, mem = int(c.cpu_free[node]), int(c.mem_free[node])
+    gpu = c.gpu_free[node].copy()
+    slots: list[float] = []
+    have = fit_count(cpu, mem, gpu, shape)
+    slots += [ctx.now] * min(have, need)
+    for end, t_cpu, t_mem, t_gpus in release_index(ctx).get(node, []):
+        if len(slots) >= need:
+            break
+        cpu, mem = cpu + t_cpu, mem + t_mem
+        for g, milli in t_gpus:
+            gpu[g] += milli
+        now_fit = fit_count(cpu, mem, gpu, shape)
+        if now_fit > have:
+            slots += [end] * min(now_fit - have, need - len(slots))
+            have = now_fit
+    return slots
+
+
+def earliest(ctx: CycleContext, job: Job, nodes: IntArray) -> tuple[tuple[int, ...], float] | None:
+    """The nodes of the ``fewest`` earliest slots among ``nodes``, and when the last one comes."""
+    need = job.fewest
+    slots: list[tuple[float, int]] = []
+    for node in nodes.tolist():
+        slots += [(t, node) for t in node_slots(ctx, node, job.shape, need)]
+    if len(slots) < need:
+        return None
+    slots.sort()
+    chosen = slots[:need]
+    return tuple(sorted({n for _, n in chosen})), chosen[-1][0]
+
+
+def candidates(ctx: CycleContext, job: Job) -> IntArray:
+    """Nodes that could hold a replica when empty and that no other job holds."""
+    mask = np.ones(ctx.cluster.size, dtype=np.bool_)
+    for f in ctx.config.profile.filters:
+        mask &= f.could_ever_fit(ctx.cluster, job.shape)
+    mask &= ctx.open_to(job)
+    return np.flatnonzero(mask).astype(np.int64)
+
+
+def refresh(ctx: CycleContext) -> None:
+    """Recompute every held reservation's expected start from the snapshot (nodes and timeouts
+    stay): the log records where a reservation is, each cycle works out when."""
+    for job_id, r in list(ctx.reservations.items()):
+        job = ctx.pending_by_id.get(job_id)
+        if job is None or r.preemption:
+            continue
+        found = earliest(ctx, job, np.array(r.nodes, dtype=np.int64))
+        start = found[1] if found is not None else r.timeout_at
+        ctx.reservations[job_id] = Reservation(r.job, r.nodes, r.since, start, r.timeout_at, r.preemption)
+
+
+def consider(ctx: CycleContext, job: Job) -> None:
+    """Reserve for a blocked job if it qualifies and nothing is held for it yet."""
+    cfg = ctx.config
+    if ctx.reservations_full or job.id in ctx.reservations or not ctx.actionable(job):
+        return
+    if job.id in ctx.backoff:
+        ctx.wake(ctx.backoff[job.id])
+        return
+    if ctx.held_reservations() >= cfg.max_reservations:
+        ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
+        return
+    since = job.submitted if job.queued_since < 0 else job.queued_since
+    small = job.shape.total_gpu_milli * job.replicas < 1000 * cfg.reserve_min_gpus
+    if small and ctx.now - since < cfg.reserve_after_s:
+        ctx.wake(since + cfg.reserve_after_s)
+        return
+    found = earliest(ctx, job, candidates(ctx, job))
+    if found is None:
+        return
+    nodes, start = found
+    timeout = job.gang_timeout_s if job.fewest > 1 else cfg.reserve_timeout_s
+    ctx.hold(Reservation(job.id, nodes, ctx.now, start, max(ctx.now, start) + timeout))

@@ -1,0 +1,121 @@
+"""A job's state machine: ``evolve(status, event_type, data) -> status``, pure and total.
+
+The one place that says how a job moves between phases.  The event fold (``shared/state``),
+the admission service's one-stream reads, the agent, the placement work items and the
+simulator all call it, so they can never disagree about what a log means.
+
+::
+
+    JobAdmitted ─► pending ──JobPlaced──► placed ──JobStarted──► running
+                      ▲                     │  └──────┬───────────────┘
+                      │                     │  PreemptionRequested
+                      │                     ▼         ▼
+                      └──JobPreempted── preempting   (tasks end) ─► finished | failed
+    any non-terminal ──JobCancelled──► cancelled
+
+* Task events (``JobStarted``, ``JobFinished``, ``JobFailed``) name a task and the attempt they
+  belong to; events of an earlier attempt (a preempted run's late reports) change nothing.
+* A job ends when every task of its current placement has ended: ``failed`` if any failed.
+* ``JobPreempted`` sends the job back to ``pending`` with ``attempt + 1``: its next placement is
+  a new attempt, with task streams of its own.
+* Events that do not apply to the phase (a second ``JobPlaced``, a start after the end, a
+  cancel of an ended job) leave the status unchanged: the log is the truth, and a late or
+  duplicate fact is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    PENDING = "pending"
+    PLACED = "placed"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[str] = frozenset({Phase.FINISHED, Phase.FAILED, Phase.CANCELLED})
+ACTIVE: frozenset[str] = frozenset({Phase.PLACED, Phase.RUNNING, Phase.PREEMPTING})
+"""Phases that hold resources."""
+
+TASK_EVENTS: frozenset[str] = frozenset({"JobStarted", "JobFinished", "JobFailed"})
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    phase: Phase = Phase.PENDING
+    tasks: int = 0  # tasks bound by the current placement (0 while pending)
+    attempt: int = 0
+    preemptions: int = 0
+    started: frozenset[int] = frozenset()
+    finished: frozenset[int] = frozenset()
+    failed: frozenset[int] = frozenset()
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE
+
+    def ended(self, task: int) -> bool:
+        return task in self.finished or task in self.failed
+
+
+ADMITTED = JobStatus()
+
+
+def evolve(status: JobStatus | None, event_type: str, data: Mapping[str, Any]) -> JobStatus | None:
+    """The status after one event of the job's stream (``None``: not admitted yet)."""
+    if event_type == "JobAdmitted":
+        return status if status is not None else ADMITTED
+    if status is None or status.terminal:
+        return status
+    if event_type in TASK_EVENTS:
+        if int(data.get("attempt", 0)) != status.attempt or status.phase not in ACTIVE:
+            return status  # a report of an earlier attempt, or before any placement
+        task = int(data.get("task", 0))
+        if event_type == "JobStarted":
+            if task in status.started or status.ended(task):
+                return status
+            phase = Phase.RUNNING if status.phase == Phase.PLACED else status.phase
+            return replace(status, phase=phase, started=status.started | {task})
+        if status.ended(task):
+            return status
+        if event_type == "JobFinished":
+            status = replace(status, finished=status.finished | {task})
+        else:
+            status = replace(status, failed=status.failed | {task})
+        if len(status.finished) + len(status.failed) >= status.tasks:
+            return replace(status, phase=Phase.FAILED if status.failed else Phase.FINISHED)
+        return status
+    if event_type == "JobPlaced":
+        if status.phase != Phase.PENDING:
+            return status
+        return replace(
+            status,
+            phase=Phase.PLACED,
+            tasks=len(data.get("bindings", ())),
+            started=frozenset(),
+            finished=frozenset(),
+            failed=frozenset(),
+        )
+    if event_type == "JobCancelled":
+        return replace(status, phase=Phase.CANCELLED)
+    if event_type == "PreemptionRequested":
+        if status.phase in (Phase.PLACED, Phase.RUNNING):
+            return replace(status, phase=Phase.PREEMPTING)
+        return status
+    if event_type == "JobPreempted":
+        if status.phase not in ACTIVE:
+            return status
+        return JobStatus(attempt=status.attempt + 1, preemptions=status.preemptions + 1)
+    return status  # reservations, resizes of nothing, unknown types: no phase change

@@ -1,0 +1,200 @@
+"""Queues: a tree with weights, guaranteed (deserved) and maximum quotas, and who may use them.
+
+A queue's quotas are resource vectors over three dimensions, in the core's units: GPU in milli-GPU
+(whole GPUs and GPU shares count alike: 16 GPUs = 16,000), CPU in milli-cores, memory in MiB.
+
+* ``guarantee``: what the queue gets back by reclaim whenever its jobs ask for it (Kueue's
+  nominal quota, Volcano's ``deserved``).  Guarantees of siblings should not exceed their parent's.
+* ``max``: what the queue (its subtree) may never exceed, borrowing included (Volcano's
+  ``capability``).  Admission rejects a job whose request alone exceeds it (``over-quota``).
+* ``weight``: how idle capacity beyond the guarantees is split between siblings that want it.
+
+The *deserved* share of each queue at a moment is a max-min fair water-filling of the
+cluster's capacity down the tree (Volcano's proportion plugin, per dimension): a parent's
+deserved amount goes first to its children's guarantees (each capped by its demand), then the
+rest by weight, never above a child's demand or ``max``.  A queue may *use* more than it
+deserves (it borrows idle room); reclaim takes that back when a queue below its deserved share
+has work waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.core.task import TaskShape
+
+FloatArray = npt.NDArray[np.float64]
+DIMENSIONS = ("gpu", "cpu", "memory")
+"""Resource vector order: milli-GPU, milli-CPU, MiB."""
+UNLIMITED = float("inf")
+ROOT = "root"
+
+
+def vector(gpu: float = 0.0, cpu: float = 0.0, memory: float = 0.0) -> FloatArray:
+    return np.array([gpu, cpu, memory], dtype=np.float64)
+
+
+def unlimited() -> FloatArray:
+    return np.full(3, UNLIMITED)
+
+
+def demand_of(shape: TaskShape, replicas: int = 1) -> FloatArray:
+    """What ``replicas`` tasks of ``shape`` take, as a resource vector."""
+    return vector(shape.total_gpu_milli * replicas, shape.cpu_milli * replicas, shape.memory_mib * replicas)
+
+
+@dataclass(frozen=True, eq=False)
+class QueueSpec:
+    name: str
+    parent: str = ROOT
+    weight: float = 1.0
+    guarantee: FloatArray = field(default_factory=lambda: vector())
+    max: FloatArray = field(default_factory=unlimited)
+    tenants: tuple[str, ...] = ("*",)
+    preempt_after_s: float | None = None
+    """A job waiting longer than this may preempt lower-priority work anywhere (None: never)."""
+
+    def __post_init__(self) -> None:
+        if self.weight <= 0:
+            raise ValueError(f"queue {self.name!r}: weight must be positive")
+        if self.name == ROOT:
+            raise ValueError(f"{ROOT!r} is the tree's implicit root, not a queue name")
+        if bool((self.guarantee > self.max).any()):
+            raise ValueError(f"queue {self.name!r}: guarantee exceeds max")
+
+    def allows(self, tenant: str) -> bool:
+        return "*" in self.tenants or tenant in self.tenants
+
+
+class QueueTree:
+    """The queues, their parents and children; jobs live in leaf queues."""
+
+    def __init__(self, queues: Iterable[QueueSpec]) -> None:
+        self.specs: dict[str, QueueSpec] = {}
+        for q in queues:
+            if q.name in self.specs:
+                raise ValueError(f"queue {q.name!r} is defined twice")
+            self.specs[q.name] = q
+        self.children: dict[str, list[str]] = {ROOT: []}
+        for q in self.specs.values():
+            if q.parent != ROOT and q.parent not in self.specs:
+                raise ValueError(f"queue {q.name!r}: parent {q.parent!r} does not exist")
+            self.children.setdefault(q.parent, []).append(q.name)
+            self.children.setdefault(q.name, [])
+        for kids in self.children.values():
+            kids.sort()
+        self._check_acyclic()
+        self.leaves: tuple[str, ...] = tuple(sorted(n for n in self.specs if not self.children[n]))
+
+    def _check_acyclic(self) -> None:
+        seen: set[str] = set()
+        stack = [ROOT]
+        while stack:
+            node = stack.pop()
+            seen.add(node)
+            stack.extend(self.children.get(node, []))
+        missing = set(self.specs) - seen
+        if missing:
+            raise ValueError(f"queues {sorted(missing)} form a cycle")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.specs
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def ancestors(self, name: str) -> list[str]:
+        """``name`` and every queue above it, nearest first (the root excluded)."""
+        out = []
+        while name != ROOT:
+            out.append(name)
+            name = self.specs[name].parent
+        return out
+
+    def is_leaf(self, name: str) -> bool:
+        return name in self.specs and not self.children[name]
+
+    def subtree_totals(self, per_leaf: Mapping[str, FloatArray]) -> dict[str, FloatArray]:
+        """Per queue (and ``root``), the sum of ``per_leaf`` over its subtree."""
+        totals: dict[str, FloatArray] = {}
+
+        def walk(node: str) -> FloatArray:
+            own = per_leaf.get(node, vector()).copy()
+            for child in self.children.get(node, []):
+                own += walk(child)
+            totals[node] = own
+            return own
+
+        walk(ROOT)
+        return totals
+
+    def deserved(self, capacity: FloatArray, demand: Mapping[str, FloatArray]) -> dict[str, FloatArray]:
+        """Each queue's deserved amount given the leaves' demands (pending plus running)."""
+        want = self.subtree_totals(demand)
+        for name, spec in self.specs.items():
+            want[name] = np.minimum(want[name], spec.max)
+        out: dict[str, FloatArray] = {ROOT: capacity.astype(np.float64).copy()}
+
+        def split(parent: str) -> None:
+            kids = self.children.get(parent, [])
+            if not kids:
+                return
+            budget = out[parent].copy()
+            specs = [self.specs[k] for k in kids]
+            need = np.vstack([want[k] for k in kids])
+            cap = np.vstack([np.minimum(need[i], s.max) for i, s in enumerate(specs)])
+            grant = np.minimum(np.vstack([s.guarantee for s in specs]), cap)
+            total_guarantee = grant.sum(axis=0)
+            # Guarantees first; where they exceed the budget, scale them down together.
+            over = total_guarantee > budget
+            scale = np.ones_like(budget)
+            np.divide(budget, total_guarantee, out=scale, where=over)
+            grant = grant * scale[None, :]
+            left = budget - grant.sum(axis=0)
+            weights = np.array([s.weight for s in specs])
+            grant = _water_fill(grant, cap, left, weights)
+            for i, k in enumerate(kids):
+                out[k] = grant[i]
+                split(k)
+
+        split(ROOT)
+        return out
+
+
+def _water_fill(grant: FloatArray, cap: FloatArray, left: FloatArray, weights: FloatArray) -> FloatArray:
+    """Give ``left`` (per dimension) to rows by weight, never above ``cap``, redistributing what
+    a capped row cannot take (max-min fair)."""
+    grant = grant.copy()
+    for d in range(grant.shape[1]):
+        rest = float(left[d])
+        open_rows = grant[:, d] < cap[:, d] - 1e-9
+        while rest > 1e-9 and open_rows.any():
+            w = np.where(open_rows, weights, 0.0)
+            offer = rest * w / w.sum()
+            room = cap[:, d] - grant[:, d]
+            take = np.minimum(offer, room)
+            grant[:, d] += np.where(open_rows, take, 0.0)
+            rest -= float(take[open_rows].sum())
+            open_rows = grant[:, d] < cap[:, d] - 1e-9
+            if not (offer[open_rows] > 0).any():
+                break
+    return grant
+
+
+def dominant_share(usage: Sequence[float], deserved: Sequence[float]) -> float:
+    """DRF against the deserved share: the largest usage / deserved over dimensions that the
+    queue uses (a queue deserving nothing of a dimension it uses is infinitely over)."""
+    top = 0.0
+    for u, d in zip(usage, deserved, strict=True):
+        if u > 0:
+            top = max(top, u / d if d > 0 else float("inf"))
+    return top
+
+
+def open_tree(names: Sequence[str]) -> QueueTree:
+    """Flat queues open to every tenant, equal weights, no guarantees, no limits (the default)."""
+    return QueueTree(QueueSpec(name=n) for n in names)

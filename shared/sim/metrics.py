@@ -1,0 +1,91 @@
+"""What a timeline run is judged by: job completion, queueing delay by job size, utilisation,
+fairness between queues, and what preemption cost.
+
+* **JCT**: end minus submission, averaged over jobs.
+* **Queueing delay**: all the time a job spent pending, every attempt included (a preempted job
+  waits again), by size class of GPUs per full run: ``1`` (up to one GPU, shares and CPU-only
+  jobs included), ``2-4``, ``8`` (5 to 8) and ``>8``; a class with no job is ``null``.
+* **Utilisation**: time-weighted GPU allocation (% of the cluster) from the first arrival to the
+  last, the window in which the trace offers its load.
+* **Jain's index** over the queues that have demand, of (GPU share received / GPU share
+  deserved), where deserved is the tree's water-filling of the cluster over their demands:
+  1.0 when every queue gets what it deserves; sampled every half hour and averaged.
+* **Preemption**: evictions, the most times one job was evicted, and GPU-hours lost (work
+  since the last checkpoint, or the restart overhead of a checkpointed job) as % of all
+  GPU-hours used.
+* **Gang wait**: the p95 queueing delay of multi-task jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from shared.sim.timeline import JobRun, TimelineResult
+
+SIZE_CLASSES = ("1", "2-4", "8", ">8")
+
+
+def size_class(gpus: float) -> str:
+    if gpus <= 1:
+        return "1"
+    if gpus <= 4:
+        return "2-4"
+    if gpus <= 8:
+        return "8"
+    return ">8"
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def summarise(r: TimelineResult) -> dict[str, object]:
+    jobs: list[JobRun] = r.jobs
+    done = [j for j in jobs if j.finished >= 0]
+    by_class: dict[str, list[float]] = {c: [] for c in SIZE_CLASSES}
+    for j in jobs:
+        by_class[size_class(j.spec.gpus)].append(j.waited)
+    inside = r.times <= r.last_arrival
+    t, a = r.times[inside], r.alloc[inside]
+    util = float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else 0.0
+    used = sum(j.used_gpu_s for j in jobs)
+    lost = sum(j.lost_gpu_s for j in jobs)
+    gangs = [j.waited for j in jobs if j.spec.replicas > 1 and j.spec.min_replicas in (0, j.spec.replicas)]
+    return {
+        "avg_jct_s": round(float(np.mean([j.finished - j.spec.submit for j in done])), 1) if done else None,
+        "wait_p50_s": {c: _pct(v, 50) for c, v in by_class.items()},
+        "wait_p95_s": {c: _pct(v, 95) for c, v in by_class.items()},
+        "wait_p99_s": {c: _pct(v, 99) for c, v in by_class.items()},
+        "jain": round(float(r.jain.mean()), 4) if r.jain.size else 1.0,
+        "utilisation": round(util, 2),
+        "preemptions": int(sum(j.preemptions for j in jobs)),
+        "max_preemptions_per_job": int(max((j.preemptions for j in jobs), default=0)),
+        "gpu_hours_lost_pct": round(100.0 * lost / used, 3) if used else 0.0,
+        "gang_wait_p95_s": _pct(gangs, 95),
+        "jobs": len(jobs),
+        "unfinished": len(jobs) - len(done),
+        "cycles": r.cycles,
+        "wall_s": round(r.wall_s, 2),
+        "jobs_per_s": round(len(jobs) / r.wall_s) if r.wall_s > 0 else None,
+    }
+
+
+def median_summary(runs: Sequence[dict[str, object]]) -> dict[str, object]:
+    """Per figure, the median over seeds (per size class for the wait figures; None stays None)."""
+
+    def med(values: list[object]) -> object:
+        nums = [float(v) for v in values if isinstance(v, int | float)]
+        if not nums:
+            return None
+        m = float(np.median(nums))
+        return round(m, 4) if isinstance(values[0], float) else round(m)
+
+    out: dict[str, object] = {}
+    for key, first in runs[0].items():
+        if isinstance(first, dict):
+            out[key] = {c: med([run[key][c] for run in runs]) for c in first}  # type: ignore[index]
+        else:
+            out[key] = med([run[key] for run in runs])
+    return out

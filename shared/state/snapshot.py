@@ -1,0 +1,126 @@
+"""The scheduling cycle's snapshot, built from a folded :class:`ClusterView`.
+
+Everything the cycle reads comes from the event log: nodes and what runs on them, the queue
+tree (the last ``QueuesApplied``; until one is applied, one open queue per queue name in use),
+pending and running jobs with their attempts, reservations (``JobReserved``, node names mapped
+to this view's node order) and back-offs (``ReservationReleased``), and the run times of
+finished jobs for the estimator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from shared.core.cluster import BoolArray, ClusterState, Placement
+from shared.core.cycle import Snapshot
+from shared.core.jobs import Job, Reservation, Running
+from shared.core.lifecycle import Phase
+from shared.state.fold import ClusterView, JobRecord
+from shared.state.wire import core_job, queue_tree
+
+
+class SnapshotBuilder:
+    """Builds snapshots of one view, keeping each job's core objects until its stream moves (a
+    busy view holds thousands of running jobs; rebuilding them all per cycle cost more than the
+    cycle).  Entries are keyed by the job stream's version, so a stale one is never used."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, tuple[int, int, Job]] = {}
+        self._running: dict[str, tuple[int, int, Running | None]] = {}
+        self._cluster_id = 0
+
+    def job(self, r: JobRecord) -> Job:
+        found = self._jobs.get(r.spec.id)
+        if found is not None and found[0] == r.version and found[1] == r.admitted_at:
+            return found[2]
+        job = core_job(r)
+        self._jobs[r.spec.id] = (r.version, r.admitted_at, job)
+        return job
+
+    def running(self, view: ClusterView, r: JobRecord) -> Running | None:
+        found = self._running.get(r.spec.id)
+        if found is not None and found[0] == r.version and found[1] == self._cluster_id:
+            return found[2]
+        placements: list[Placement] = []
+        for b in sorted(r.bindings, key=lambda b: b.task):
+            held = view.held(r.spec.id, b.task)
+            if held is not None:
+                placements.append(held)
+        run = None
+        if placements:
+            run = Running(
+                self.job(r),
+                tuple(placements),
+                started=r.placed_time,
+                preempting=r.status.phase == Phase.PREEMPTING,
+            )
+        self._running[r.spec.id] = (r.version, self._cluster_id, run)
+        return run
+
+    def build(
+        self,
+        view: ClusterView,
+        now: float,
+        actionable: Collection[str] | None = None,
+        preferred: BoolArray | None = None,
+    ) -> Snapshot | None:
+        cluster = view.cluster
+        if cluster is None:
+            return None
+        if id(cluster) != self._cluster_id:  # a node registered: placements were re-taken
+            self._cluster_id = id(cluster)
+            self._running.clear()
+        if len(self._jobs) > 2 * len(view.jobs) + 1024:
+            self._jobs = {k: v for k, v in self._jobs.items() if k in view.jobs}
+            self._running = {k: v for k, v in self._running.items() if k in view.jobs}
+        pending = [self.job(r) for r in view.pending()]
+        running = [run for r in view.active() if (run := self.running(view, r)) is not None]
+        return _snapshot(view, cluster, now, pending, running, actionable, preferred)
+
+
+def build_snapshot(
+    view: ClusterView,
+    now: float,
+    actionable: Collection[str] | None = None,
+    preferred: BoolArray | None = None,
+) -> Snapshot | None:
+    """A one-off snapshot (tests, ``tessera status``); services keep a :class:`SnapshotBuilder`."""
+    return SnapshotBuilder().build(view, now, actionable, preferred)
+
+
+def _snapshot(
+    view: ClusterView,
+    cluster: ClusterState,
+    now: float,
+    pending: list[Job],
+    running: list[Running],
+    actionable: Collection[str] | None,
+    preferred: BoolArray | None,
+) -> Snapshot:
+    reservations: dict[str, Reservation] = {}
+    backoff: dict[str, float] = {}
+    for r in view.pending():
+        if r.reservation is not None:
+            nodes = tuple(sorted(cluster.index[n] for n in r.reservation["nodes"] if n in cluster.index))
+            if nodes:
+                reservations[r.spec.id] = Reservation(
+                    job=r.spec.id,
+                    nodes=nodes,
+                    since=float(r.reservation.get("since", 0.0)),
+                    expected_start=float(r.reservation["expected_start"]),
+                    timeout_at=float(r.reservation["timeout_at"]),
+                    preemption=bool(r.reservation.get("preemption", False)),
+                )
+        if r.backoff_until > now:
+            backoff[r.spec.id] = r.backoff_until
+    return Snapshot(
+        cluster=cluster,
+        pending=pending,
+        running=running,
+        queues=queue_tree(view.queues) if view.queues is not None else None,
+        reservations=reservations,
+        backoff=backoff,
+        estimator=view.estimator,
+        actionable=frozenset(actionable) if actionable is not None else None,
+        preferred=preferred,
+    )
