@@ -1,5 +1,7 @@
 """Stage 2, allocate: place pending jobs, queue by queue in DRF order, all replicas or none.
 
+0. Jobs holding a reservation are offered first: a preemptor the room its victims freed, a large
+   job the nodes held for it.
 1. Every queue with waiting jobs is a candidate; the one with the lowest dominant share of its
    deserved amount (usage / deserved, DRF) offers its next job in order, and its share is
    recomputed after each placement, so queues interleave (Volcano's allocate with drf and
@@ -32,10 +34,23 @@ def run(ctx: CycleContext) -> None:
     _expire_reservations(ctx)
     if ctx.reservations:
         reserve.refresh(ctx)
+    # 0. Jobs holding a reservation go first (victims' room to their preemptor, then the
+    #    reservations of large jobs in the order they were made), so no one takes the room
+    #    freed for them.
+    failed: dict[TaskShape, tuple[int, Status]] = {}
+    holders = sorted(
+        (r for r in ctx.reservations.values() if r.job in ctx.pending_by_id),
+        key=lambda r: (not r.preemption, r.since, r.job),
+    )
+    for r in holders:
+        job = ctx.pending_by_id[r.job]
+        if ctx.actionable(job) and ctx.within_max(job, job.fewest):
+            placements, _ = place_replicas(ctx, job, job.fewest, job.replicas, ctx.open_to(job))
+            if placements:
+                ctx.record_place(job, placements)
     heap: list[tuple[float, str]] = [(ctx.share(q), q) for q, jobs in ctx.ordered.items() if jobs]
     heapq.heapify(heap)
     cursor = dict.fromkeys(ctx.ordered, 0)
-    failed: dict[TaskShape, tuple[int, Status]] = {}
     while heap:
         _, q = heapq.heappop(heap)
         jobs = ctx.ordered[q]
@@ -57,6 +72,8 @@ def run(ctx: CycleContext) -> None:
 
 
 def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Status]]) -> None:
+    if job.id in ctx.placed:
+        return  # a reservation holder, placed in step 0
     depth = ctx.config.queue_depth
     if depth is not None:
         ctx.considered += 1

@@ -155,11 +155,17 @@ class CycleContext:
         self._reserved_by[:] = -1
         self._reservation_ids = list(self.reservations)
         for k, job in enumerate(self._reservation_ids):
+            if self.reservations[job].preemption:
+                continue  # see reserved_mask: victims' room is taken first by their preemptor
             for node in self.reservations[job].nodes:
                 if 0 <= node < self.cluster.size and self._reserved_by[node] < 0:
                     self._reserved_by[node] = k
 
     def reserved_mask(self) -> BoolArray:
+        """Nodes held for blocked jobs as they free up.  A preemption's nodes are not among them:
+        the room there that is free already is anyone's (its victims still hold what the
+        preemptor needs), and allocate offers every reservation holder first, so the room the
+        victims free goes to their preemptor (as Kubernetes' nominated nodes)."""
         mask: BoolArray = self._reserved_by >= 0
         return mask
 
