@@ -65,10 +65,15 @@ def simulate(
         float, typer.Option(help="fill: arrive pods up to this multiple of the cluster's GPUs")
     ] = 1.3,
     load: Annotated[
-        float, typer.Option(help="timeline with --philly: size the cluster for this offered load")
+        float,
+        typer.Option(
+            help="timeline: the offered load to reach (Philly: by sizing the cluster; a pod list: by "
+            "compressing its arrivals)"
+        ),
     ] = 0.9,
     compress: Annotated[
-        float, typer.Option(help="timeline: divide arrival times by this (run times unchanged)")
+        float,
+        typer.Option(help="timeline: divide arrival times by this (run times unchanged; 1: from --load)"),
     ] = 1.0,
     elastic_fraction: Annotated[
         float, typer.Option(help="timeline with --philly: share of 2-8 GPU jobs made elastic (1..k)")

@@ -86,9 +86,15 @@ def load_workload(source: Source) -> Workload:
             source.philly, source.throughputs, source.load, source.compress, source.elastic_fraction
         )
     nodes, pods, _ = _load(source.nodes, source.pods)
-    if source.compress != 1.0:
-        pods = [_compressed(p, source.compress) for p in pods]
-    return openb_workload(nodes, pods, source.pods.stem)
+    compress = source.compress
+    if compress == 1.0:
+        # A pod list spread over months on a cluster sized for the whole production trace offers
+        # a fraction of a percent of load: arrivals are compressed until it offers ``load``.
+        natural = openb_workload(nodes, pods, source.pods.stem).offered_load()
+        compress = max(1.0, source.load / natural) if natural > 0 else 1.0
+    if compress != 1.0:
+        pods = [_compressed(p, compress) for p in pods]
+    return replace(openb_workload(nodes, pods, source.pods.stem), compress=round(compress, 2))
 
 
 def _compressed(pod: TracePod, factor: float) -> TracePod:

@@ -7,7 +7,9 @@ work it is) and a cluster.  Reading is pure apart from the CSV and trace files t
 runs for ``deletion_time - creation_time`` once started; its ``qos`` gives its priority class
 (LS -> high, Guaranteed and Burstable -> normal, BE -> best-effort: ``shared/core/priority.py``).
 All pods share one queue ``openb`` (the trace names no tenants).  Pods without a deletion time
-run until the end of the trace.
+run until the end of the trace.  The pods arrive over months onto a cluster sized for the whole
+production trace, an offered load of 0.2%, so the CLI compresses their arrivals (run times
+unchanged) by the factor that makes the offered load ``--load``, and reports it.
 
 **philly** (``--philly DIR --throughputs CSV``): every ``DIR/*.trace`` file is one virtual
 cluster (VC) of Microsoft's Philly cluster, as Gavel's authors derived them (tab-separated:
