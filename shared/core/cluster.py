@@ -198,8 +198,11 @@ def distinct_states(cluster: ClusterState, nodes: IntArray) -> tuple[IntArray, I
     """
     if nodes.size < DEDUP_MIN_NODES:
         return nodes, np.arange(nodes.size)  # a handful (one placement's worth): not worth a sort
-    keys = np.stack((cluster.version[nodes], cluster.model_idx[nodes]), axis=1)
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    # One 64-bit key per node instead of a 2-column unique (several times slower): the model
+    # index spread by an odd constant, xor the digest.  Distinct pairs collide with odds of the
+    # digests' own (2^-63), and equal pairs always agree, so the grouping is the pairs'.
+    keys = cluster.version[nodes] ^ (cluster.model_idx[nodes] * np.int64(0x9E3779B97F4A7C15 - 2**64))
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     order = np.argsort(first)  # representatives in ascending node order, as scorers expect
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)

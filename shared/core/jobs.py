@@ -74,6 +74,12 @@ class Running:
     started: float
     last_checkpoint: float | None = None
     preempting: bool = False  # a preemption of it is already in flight: not a victim again
+    demand: tuple[int, int, int] = field(default=(0, 0, 0), init=False, compare=False, repr=False)
+    """(milli-GPU, milli-CPU, MiB) it holds: summed per queue by every cycle, so kept."""
+
+    def __post_init__(self) -> None:
+        s, k = self.job.shape, len(self.placements)
+        object.__setattr__(self, "demand", (s.total_gpu_milli * k, s.cpu_milli * k, s.memory_mib * k))
 
     @property
     def replicas(self) -> int:

@@ -52,6 +52,8 @@ class CycleContext:
     stopped: Status | None = None  # why allocate stopped early (strict order, budget), if it did
     release: dict[int, list[tuple[float, int, int, tuple[tuple[int, int], ...]]]] | None = None
     """Per node, what holds room there and when it is expected to go (``reserve.release_index``)."""
+    lowest: dict[str, int] = field(default_factory=dict)
+    """The lowest priority running in each queue ("" for the whole cluster), from enqueue."""
     considered: int = 0  # pending jobs allocate has looked at (queue_depth)
     reservations_full: bool = False  # max_reservations reached in this allocate
     victims: object | None = None  # preempt.VictimIndex, built when a preemptor first needs it

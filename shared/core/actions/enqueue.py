@@ -1,7 +1,7 @@
 """Stage 1, enqueue: queue usage, demand and deserved shares; each queue's jobs in order.
 
 1. Usage of each leaf queue: what its running jobs hold (victims already being evicted still
-   hold it until they are gone).
+   hold it until they are gone), and the lowest priority running in each (preemption's gate).
 2. Demand: usage plus every pending job's fewest replicas; the tree's water-filling of the
    cluster's capacity gives each queue its deserved share (``QueueTree.deserved``).
 3. Each leaf's pending jobs sorted by the order plugin's key (orders that use expected run
@@ -19,7 +19,21 @@ from shared.core.queues import vector
 
 def run(ctx: CycleContext) -> None:
     queues = ctx.queues
-    held = _totals((r.job, r.replicas) for r in ctx.snapshot.running)
+    held: dict[str, list[float]] = {}
+    floor: dict[str, int] = {}
+    for r in ctx.snapshot.running:
+        q, d, p = r.job.queue, r.demand, r.job.priority
+        acc = held.get(q)
+        if acc is None:
+            acc = held[q] = [0.0, 0.0, 0.0]
+        acc[0] += d[0]
+        acc[1] += d[1]
+        acc[2] += d[2]
+        if p < floor.get(q, p + 1):
+            floor[q] = p
+    if floor:
+        floor[""] = min(floor.values())
+    ctx.lowest = floor
     for q, acc in held.items():
         if q in queues.specs:
             ctx.usage[q] = acc

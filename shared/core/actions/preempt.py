@@ -34,12 +34,14 @@ import numpy as np
 from shared.core.actions.context import CycleContext
 from shared.core.actions.reserve import fit_count
 from shared.core.cluster import BoolArray, IntArray
+from shared.core.fragmentation import FloatArray
 from shared.core.cycle import Preempt, Resize
 from shared.core.framework import Code
 from shared.core.jobs import Job, Reservation, Running
 
-MAX_NODES_EXAMINED = 64
-"""Nodes examined exactly per replica, the most promising first (by their cheapest eviction)."""
+MAX_NODES_EXAMINED = 16
+"""Nodes examined exactly per replica, the most promising first: by the lowest priority among
+their eligible victims, then the least work those victims would lose."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,24 @@ class VictimIndex:
         self.job_cpu = np.array([r.job.shape.cpu_milli * r.replicas for r in running], dtype=np.float64)
         self.job_mem = np.array([r.job.shape.memory_mib * r.replicas for r in running], dtype=np.float64)
         self.by_id = {r.job.id: k for k, r in enumerate(running)}
+        # Rows by node and by job, so a node's tasks or a victim's are a slice, not a scan.
+        n = ctx.cluster.size
+        self._node_order = np.argsort(self.node, kind="stable")
+        self._node_start = np.searchsorted(self.node[self._node_order], np.arange(n + 1))
+        self._job_start = np.searchsorted(self.job, np.arange(len(running) + 1))  # rows are by job
+        per_job = np.array([_lost(ctx, r) / max(1, r.replicas) for r in running])
+        self._task_lost: FloatArray = per_job[self.job] if per_job.size else np.zeros(0)
+
+    def task_lost(self, ctx: CycleContext) -> FloatArray:
+        """Per task row, its job's GPU-seconds lost if evicted, shared among its tasks."""
+        return self._task_lost
+
+    def rows_on(self, node: int) -> IntArray:
+        rows: IntArray = self._node_order[self._node_start[node] : self._node_start[node + 1]]
+        return rows
+
+    def rows_of_job(self, k: int) -> range:
+        return range(int(self._job_start[k]), int(self._job_start[k + 1]))
 
 
 def run(ctx: CycleContext) -> None:
@@ -98,7 +118,7 @@ def run(ctx: CycleContext) -> None:
     # Victims only get fewer as a cycle goes on, so a preemptor that found none stands for every
     # later one with the same queue, priority, shape and at least as many replicas.
     failed: dict[tuple[str, int, object], int] = {}
-    floor = _lowest(ctx)
+    floor = ctx.lowest
     may: dict[tuple[str, int, object, int, bool], bool] = {}  # _may_preempt, until a preemption commits
     for job in list(ctx.blocked):
         if tried >= cfg.max_preemptors:
@@ -130,18 +150,6 @@ def run(ctx: CycleContext) -> None:
             may.clear()  # shares moved
         else:
             failed[key] = min(job.fewest, failed.get(key, job.fewest))
-
-
-def _lowest(ctx: CycleContext) -> dict[str, int]:
-    """The lowest priority running in each queue ("" for the whole cluster)."""
-    floor: dict[str, int] = {}
-    for r in ctx.snapshot.running:
-        p = r.job.priority
-        if p < floor.get(r.job.queue, p + 1):
-            floor[r.job.queue] = p
-        if p < floor.get("", p + 1):
-            floor[""] = p
-    return floor
 
 
 def _may_preempt(ctx: CycleContext, job: Job, floor: dict[str, int]) -> bool:
@@ -276,7 +284,8 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
 def _candidate_units(
     ctx: CycleContext, idx: VictimIndex, node: int, task_ok: BoolArray, chosen: dict[str, Unit]
 ) -> list[Unit]:
-    rows = np.flatnonzero((idx.node == node) & task_ok)
+    rows = idx.rows_on(node)
+    rows = rows[task_ok[rows]]
     units: dict[str, Unit] = {}
     for row in rows.tolist():
         k = int(idx.job[row])
@@ -324,10 +333,12 @@ def _best_node(
     cand = np.flatnonzero(enough)
     if cand.size == 0:
         return None
-    # Most promising first: the node's cheapest eligible victim priority, then least GPU free.
+    # Most promising first: the node's lowest eligible victim priority, then the least work its
+    # eligible victims would lose in all (the exact search below then prices each node).
     low = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(low, idx.node[sel], idx.job_priority[idx.job[sel]])
-    order = np.lexsort((-gpu_free[cand].sum(axis=1), low[cand]))
+    lost = np.bincount(idx.node[sel], weights=idx.task_lost(ctx)[sel], minlength=n)
+    order = np.lexsort((lost[cand], low[cand]))
     best: tuple[tuple[float, float, int, int], int, list[Unit]] | None = None
     for node in cand[order][:MAX_NODES_EXAMINED].tolist():
         cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].copy()
@@ -358,13 +369,11 @@ def _best_node(
 
 
 def _rows_of(idx: VictimIndex, u: Unit, node: int | None = None) -> list[int]:
-    k = idx.by_id[u.job_id]
-    mask = idx.job == k
-    if u.shrink:
-        mask &= idx.task == u.task
-    if node is not None:
-        mask &= idx.node == node
-    return np.flatnonzero(mask).tolist()
+    return [
+        row
+        for row in idx.rows_of_job(idx.by_id[u.job_id])
+        if (not u.shrink or idx.task[row] == u.task) and (node is None or idx.node[row] == node)
+    ]
 
 
 def _free(idx: VictimIndex, u: Unit, cpu: IntArray, mem: IntArray, gpu: IntArray) -> None:
