@@ -203,7 +203,11 @@ def bench_timeline(console: Console) -> dict[str, float]:
     with Progress(console=console) as progress:
         task = progress.add_task("Philly timeline under tessera", total=len(w.jobs))
         r = run_timeline(
-            w, "tessera", timeline_config("tessera", profile), 42, lambda done, n: progress.update(task, completed=done)
+            w,
+            "tessera",
+            timeline_config("tessera", profile),
+            42,
+            lambda done, n: progress.update(task, completed=done),
         )
     return {
         "timeline_jobs": len(w.jobs),
@@ -239,7 +243,9 @@ def main() -> None:
         # 20,000 jobs again, now filling the GPUs: shares of 300m (three per GPU), then CPU tasks.
         full, held = busy_cluster(np.random.default_rng(8), args.running, [TaskShape(1000, 2048, 1, 300)])
         if len(held) < args.running:
-            more, extra = busy_cluster(np.random.default_rng(9), args.running - len(held), [TaskShape(1000, 2048)])
+            more, extra = busy_cluster(
+                np.random.default_rng(9), args.running - len(held), [TaskShape(1000, 2048)]
+            )
             del more
             held += [replace(r, job=replace(r.job, id=f"cpu-{i}")) for i, r in enumerate(extra)]
         full = ClusterState(load_nodes(OPENB / "openb_node_list_all_node.csv"))
@@ -247,7 +253,8 @@ def main() -> None:
             for p in r.placements:
                 full.place(p.node, p.task, p.gpus)
     console.print(
-        f"victim search: {len(held)} running jobs, {100 * full.used_gpu_milli() / full.total_gpu_milli:.1f}% of GPUs"
+        f"victim search: {len(held)} running jobs, "
+        f"{100 * full.used_gpu_milli() / full.total_gpu_milli:.1f}% of GPUs"
     )
     with console.status("victim searches"):
         figures |= bench_preemption(full, held, tree, args.searches)

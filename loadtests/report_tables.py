@@ -1,9 +1,10 @@
-"""Markdown tables of ``tessera simulate`` results next to the FGD authors' own figures.
+"""Markdown tables of ``tessera simulate`` and ``tessera bound`` results for the README.
 
     .venv/bin/python loadtests/report_tables.py docs/results
 
-Reads ``DIR/<trace>/summary.json`` (as written by ``tessera simulate --out DIR/<trace>``) and the
-authors' cached curves in ``loadtests/traces/alibaba-gpu-v2023/fgd-expected-results``.
+Reads ``DIR/<trace>/summary.json`` and ``DIR/gpuspec/<trace>/summary.json`` (as written by
+``tessera simulate --out``), ``DIR/bounds/<trace>/bound.json`` (``tessera bound --out``), and the
+FGD authors' cached curves in ``loadtests/traces/alibaba-gpu-v2023/fgd-expected-results``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PAPER_NAMES = {
     "05-BestFit": "bestfit",
     "06-FGD": "fgd",
 }
+POINTS = ("90", "95", "100")
 
 
 def paper_medians(column: str, filename: str) -> dict[tuple[str, str], float]:
@@ -35,17 +37,33 @@ def paper_medians(column: str, filename: str) -> dict[tuple[str, str], float]:
     return {k: statistics.median(v) for k, v in values.items()}
 
 
+def _summaries(root: Path) -> dict[str, dict[str, object]]:
+    found = {}
+    for p in sorted(root.glob("*/summary.json")) + sorted(root.glob("gpuspec/*/summary.json")):
+        body = json.loads(p.read_text())
+        if body.get("mode") == "fill":
+            found[p.parent.name] = body
+    return found
+
+
+def _bounds(root: Path) -> dict[str, dict[str, float]]:
+    return {
+        p.parent.name: json.loads(p.read_text())["bound"] for p in sorted(root.glob("bounds/*/bound.json"))
+    }
+
+
 def main(root: Path) -> None:
-    paper = paper_medians("100", "analysis_allo_discrete.csv")
+    paper = {x: paper_medians(x, "analysis_allo_discrete.csv") for x in POINTS}
     paper_frag = paper_medians("80", "analysis_frag_discrete.csv")
-    summaries = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/summary.json"))}
+    summaries = _summaries(root)
+    bounds = _bounds(root)
     default = summaries.get("default")
     if default:
         print("| policy | alloc @90 | @95 | @100 | @130 | paper @100 | frag @80 | paper frag @80 |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for name, row in default["policies"].items():
+        for name, row in default["policies"].items():  # type: ignore[attr-defined]
             a = row["alloc"]
-            ref = paper.get(("default", name))
+            ref = paper["100"].get(("default", name))
             ref_frag = paper_frag.get(("default", name))
             print(
                 f"| {name} | {a['90']:.2f} | {a['95']:.2f} | {a['100']:.2f} | {a['130']:.2f} | "
@@ -53,18 +71,26 @@ def main(root: Path) -> None:
                 f"{f'{ref_frag:.2f}' if ref_frag else '—'} |"
             )
         print()
-    print("| trace | FGD @100 | Tessera @100 | gain (points) | unallocated GPUs cut | paper FGD @100 |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| trace | FGD @90 / @95 / @100 | paper FGD @100 | Tessera @90 / @95 / @100 | gain @100 | "
+        "bound @100 | FGD's gap to the bound closed |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for trace, summary in summaries.items():
         policies = summary["policies"]
+        assert isinstance(policies, dict)
         if "fgd" not in policies or "tessera" not in policies:
             continue
-        fgd, ours = policies["fgd"]["alloc"]["100"], policies["tessera"]["alloc"]["100"]
-        cut = 100 * ((100 - fgd) - (100 - ours)) / (100 - fgd)
-        ref = paper.get((trace, "fgd"))
+        fgd, ours = policies["fgd"]["alloc"], policies["tessera"]["alloc"]
+        ref = paper["100"].get((trace, "fgd"))
+        bound = bounds.get(trace, {}).get("100")
+        closed = "—"
+        if bound is not None and bound > fgd["100"]:
+            closed = f"{100 * (ours['100'] - fgd['100']) / (bound - fgd['100']):.0f}%"
         print(
-            f"| {trace} | {fgd:.2f} | {ours:.2f} | {ours - fgd:+.2f} | {cut:.1f}% | "
-            f"{f'{ref:.2f}' if ref else '—'} |"
+            f"| {trace} | {' / '.join(f'{fgd[x]:.2f}' for x in POINTS)} | {f'{ref:.2f}' if ref else '—'} | "
+            f"{' / '.join(f'{ours[x]:.2f}' for x in POINTS)} | {ours['100'] - fgd['100']:+.2f} | "
+            f"{f'{bound:.2f}' if bound is not None else '—'} | {closed} |"
         )
 
 

@@ -53,7 +53,7 @@ class Source:
     philly: Path | None = None
     throughputs: Path | None = None
     load: float = 0.9
-    compress: float = 1.0
+    compress: float = 0.0  # 0: automatic (see load_workload)
     elastic_fraction: float = 0.0
 
     @property
@@ -83,18 +83,50 @@ def load_workload(source: Source) -> Workload:
     if source.philly is not None:
         assert source.throughputs is not None
         return philly_workload(
-            source.philly, source.throughputs, source.load, source.compress, source.elastic_fraction
+            source.philly, source.throughputs, source.load, source.compress or 1.0, source.elastic_fraction
         )
-    nodes, pods, _ = _load(source.nodes, source.pods)
-    compress = source.compress
-    if compress == 1.0:
-        # A pod list spread over months on a cluster sized for the whole production trace offers
-        # a fraction of a percent of load: arrivals are compressed until it offers ``load``.
-        natural = openb_workload(nodes, pods, source.pods.stem).offered_load()
-        compress = max(1.0, source.load / natural) if natural > 0 else 1.0
-    if compress != 1.0:
-        pods = [_compressed(p, compress) for p in pods]
-    return replace(openb_workload(nodes, pods, source.pods.stem), compress=round(compress, 2))
+    nodes, raw, _ = _load(source.nodes, source.pods)
+    if source.compress > 0:  # as the user asked: every node, arrivals divided by --compress
+        pods = [_compressed(p, source.compress) for p in raw]
+        return replace(openb_workload(nodes, pods, source.pods.stem), compress=source.compress)
+    compress = OPENB_COMPRESS
+    whole = openb_workload(nodes, [_compressed(p, compress) for p in raw], source.pods.stem)
+    subset = node_sample(nodes, min(1.0, whole.offered_load() / source.load))
+    # At least one node of each kind stays, so the sample can be larger than the share:
+    # compress a little more until the load is the one asked for (it grows with compression).
+    low, high = compress, compress
+    while _load_on(subset, raw, high) < source.load and high < 1e6:
+        low, high = high, high * 2
+    for _ in range(25):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if _load_on(subset, raw, mid) < source.load else (low, mid)
+    compress = high
+    return replace(
+        openb_workload(subset, [_compressed(p, compress) for p in raw], source.pods.stem),
+        compress=round(compress, 1),
+        notes={"node_share": round(len(subset) / len(nodes), 4), "nodes_of_trace": len(nodes)},
+    )
+
+
+def _load_on(nodes: list[NodeSpec], pods: list[TracePod], factor: float) -> float:
+    return openb_workload(nodes, [_compressed(p, factor) for p in pods]).offered_load()
+
+
+OPENB_COMPRESS = 50.0
+"""The openb pod list's 150 days replayed in 3 (run times unchanged) unless --compress says."""
+
+
+def node_sample(nodes: list[NodeSpec], share: float) -> list[NodeSpec]:
+    """About ``share`` of the nodes, the same share of each kind (model, GPUs, CPU, memory),
+    at least one of each kind, in the list's order: the cluster scaled down, its mix kept."""
+    kinds: dict[tuple[str, int, int, int], list[NodeSpec]] = {}
+    for n in nodes:
+        kinds.setdefault((n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib), []).append(n)
+    keep: set[str] = set()
+    for group in kinds.values():
+        count = max(1, round(share * len(group)))
+        keep.update(n.name for n in group[:count])
+    return [n for n in nodes if n.name in keep]
 
 
 def _compressed(pod: TracePod, factor: float) -> TracePod:

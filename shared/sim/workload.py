@@ -7,9 +7,11 @@ work it is) and a cluster.  Reading is pure apart from the CSV and trace files t
 runs for ``deletion_time - creation_time`` once started; its ``qos`` gives its priority class
 (LS -> high, Guaranteed and Burstable -> normal, BE -> best-effort: ``shared/core/priority.py``).
 All pods share one queue ``openb`` (the trace names no tenants).  Pods without a deletion time
-run until the end of the trace.  The pods arrive over months onto a cluster sized for the whole
-production trace, an offered load of 0.2%, so the CLI compresses their arrivals (run times
-unchanged) by the factor that makes the offered load ``--load``, and reports it.
+run until the end of the trace.  The list is a sample (8,152 pods over 150 days) of a
+6,212-GPU cluster's workload: replayed on that whole cluster it offers 0.2% load and nothing
+ever waits.  So the CLI replays it faster (arrivals compressed 50x, into 3 days; run times
+unchanged) on a proportional share of the nodes (the same share of every node kind), sized so
+that the offered load is ``--load``; both are reported.
 
 **philly** (``--philly DIR --throughputs CSV``): every ``DIR/*.trace`` file is one virtual
 cluster (VC) of Microsoft's Philly cluster, as Gavel's authors derived them (tab-separated:
@@ -89,12 +91,19 @@ class Workload:
         return sum(n.gpu_count for n in self.nodes)
 
     def offered_load(self) -> float:
-        """GPU-seconds the jobs ask for over GPU-seconds the cluster has while they arrive."""
-        if not self.jobs:
-            return 0.0
-        span = max(j.submit for j in self.jobs) - min(j.submit for j in self.jobs)
-        demand = sum(j.gpus * j.work_s for j in self.jobs)
-        return demand / max(1.0, self.total_gpus * span)
+        """The share of the cluster's GPUs the jobs would hold while they arrive, each started
+        on arrival: GPU-seconds inside the arrival window (a job's run clipped at the last
+        arrival) over GPU-seconds the cluster has in it.  Clipping matters: a few pods of openb
+        run for months, far past the window, and would otherwise count as load it never sees."""
+        return offered_load(self.jobs, self.total_gpus)
+
+
+def offered_load(jobs: Sequence[SimJob], gpus: float) -> float:
+    if not jobs:
+        return 0.0
+    first, last = min(j.submit for j in jobs), max(j.submit for j in jobs)
+    demand = sum(j.gpus * min(j.work_s, last - j.submit) for j in jobs)
+    return demand / max(1.0, gpus * (last - first))
 
 
 def openb_workload(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], name: str = "openb") -> Workload:
@@ -210,7 +219,8 @@ def philly_workload(
     for vc, _, _, gpus, work, _ in raw:
         gpu_hours[vc] += gpus * work / 3600
     span = max(r[2] for r in raw) - min(r[2] for r in raw)
-    demand_s = sum(g * w for _, _, _, g, w, _ in raw)
+    last = max(r[2] for r in raw)
+    demand_s = sum(g * min(w, last - a) for _, _, a, g, w, _ in raw)  # as offered_load counts it
     nodes_needed = max(8, math.ceil(demand_s / (load * span * PHILLY_NODE.gpu_count)))
     nodes = tuple(replace(PHILLY_NODE, name=f"philly-{i:03d}") for i in range(nodes_needed))
     total = nodes_needed * PHILLY_NODE.gpu_count

@@ -83,6 +83,8 @@ def test_timeline_mode_reports_waits_and_utilisation(tmp_path: Path) -> None:
         str(out),
         "--workers",
         "1",
+        "--compress",
+        "1",  # as the trace says: not replayed faster, no node sample
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -34,8 +34,8 @@ import numpy as np
 from shared.core.actions.context import CycleContext
 from shared.core.actions.reserve import fit_count
 from shared.core.cluster import BoolArray, IntArray
-from shared.core.fragmentation import FloatArray
 from shared.core.cycle import Preempt, Resize
+from shared.core.fragmentation import FloatArray
 from shared.core.framework import Code
 from shared.core.jobs import Job, Reservation, Running
 
