@@ -23,8 +23,9 @@ infra-down:
 infra-status:
 	infra/kafka.sh status; infra/postgres.sh status
 
-## demo: set everything up and run the main job: the live stack on simulated openb nodes, the
-##       openb trace replayed through Kafka, and what happened
+## demo: set everything up and run the main job: three teams' queues and a gang on a busy
+##       2% sample of the openb cluster, live through Kafka and PostgreSQL (about 3 minutes),
+##       then the same jobs simulated under FIFO and Tessera
 demo: infra-up
 	$(BIN)/tessera demo
 
@@ -51,6 +52,7 @@ bench: infra-up
 	$(BIN)/python loadtests/bench_policy.py
 	$(BIN)/python loadtests/bench_eventstore.py
 	$(BIN)/python loadtests/bench_pipeline.py
+	$(BIN)/python loadtests/bench_cycle.py
 
 clean:
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache

@@ -328,76 +328,80 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
 
 @app.command()
 def demo(
-    jobs: Annotated[int, typer.Option(help="openb pods to replay (the earliest by creation time)")] = 2000,
-    nodes_limit: Annotated[int, typer.Option("--nodes", help="simulated openb GPU nodes (0: all 1,213)")] = 0,
+    jobs: Annotated[int, typer.Option(help="openb pods to replay (the earliest by creation time)")] = 1200,
+    share: Annotated[
+        float, typer.Option(help="share of the openb GPU nodes simulated (every node kind kept)")
+    ] = 0.02,
     workers: Annotated[int, typer.Option(help="placement workers")] = 2,
-    speedup: Annotated[float, typer.Option(help="divide the trace's run times by this")] = 600.0,
+    speedup: Annotated[float, typer.Option(help="divide the trace's run times by this")] = 60.0,
+    cap: Annotated[float, typer.Option(help="run times longer than this (s) are cut to it")] = 30.0,
+    rate: Annotated[float, typer.Option(help="jobs produced per second")] = 40.0,
     settle: Annotated[
-        float, typer.Option(help="seconds to wait for placements after the last submission")
-    ] = 60.0,
+        float, typer.Option(help="seconds to wait for the jobs to end after the last submission")
+    ] = 240.0,
     keep: Annotated[bool, typer.Option(help="leave the services running afterwards")] = False,
-    rate: Annotated[
-        float, typer.Option(help="jobs produced per second (0: as fast as Kafka acknowledges them)")
-    ] = 200.0,
 ) -> None:
-    """The main job: bring the stack up on simulated openb nodes, replay the trace through Kafka, report."""
+    """The main job: three teams' queues and a gang on a small, busy openb cluster, live through
+    Kafka and PostgreSQL, then the same jobs simulated under FIFO and Tessera for comparison."""
     import asyncio
     import time
 
-    import numpy as np
     from rich.progress import Progress
 
+    from shared.cli import demo as d
     from shared.cli import stack
-    from shared.sim.trace import load_pods
+    from shared.settings import Settings
+    from shared.sim.trace import load_nodes, load_pods
 
+    if jobs < 1 or not 0 < share <= 1 or speedup <= 0 or cap <= 0 or rate <= 0:
+        raise typer.BadParameter("--jobs >= 1, 0 < --share <= 1, --speedup, --cap and --rate > 0")
+    infra_up()
+    stopped = stack.stop_all()
+    if stopped:
+        console.print(f"stopped the running stack first: {', '.join(stopped)}")
+    tag = time.strftime("%H%M%S")
+    p = d.plan(
+        load_nodes(TRACES / "openb_node_list_gpu_node.csv"),
+        load_pods(DEFAULT_PODS),
+        jobs,
+        share,
+        speedup,
+        cap,
+        tag,
+        gang_after=int(10 * rate),
+    )
+    url = asyncio.run(d.fresh_database(Settings()))
+    d.database_env(url, f"demo{tag}")
+    nodes_csv = d.write_nodes(p.nodes, stack.ROOT / ".local" / "demo" / "nodes.csv")
+    console.print(
+        f"cluster: {len(p.nodes)} openb GPU nodes, {p.total_gpus} GPUs (a {100 * share:g}% sample of "
+        f"every node kind); queues {', '.join(f'{t} (guarantee {d.TEAMS[t]:.0%})' for t in d.TEAMS)}"
+    )
+    # The jobs carry the demo's run times: the agent ends each after its duration-s as is.
     up(
         workers=workers,
         agent=AgentMode.simulated,
-        nodes=TRACES / "openb_node_list_gpu_node.csv",
-        limit=nodes_limit,
-        speedup=speedup,
+        nodes=nodes_csv,
+        limit=0,
+        speedup=1.0,
         policy=DEFAULT_POLICY,
     )
-    pods = sorted(load_pods(DEFAULT_PODS), key=lambda p: (p.creation_time, p.name))[:jobs]
-    run_tag = time.strftime("%H%M%S")
-    specs = [stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{run_tag}"}) for p in pods]
-    start = asyncio.run(stack.log_head())
+    asyncio.run(stack.apply_queues(p.tree))
     with Progress(console=console) as progress:
-        pace = f" at {rate:.0f} jobs/s" if rate > 0 else ""
-        task = progress.add_task(f"submitting through Kafka{pace}", total=len(specs))
-        sent = asyncio.run(
-            stack.submit(specs, rate=rate or None, on_sent=lambda n: progress.advance(task, n))
-        )
-        task2 = progress.add_task("waiting for placements", total=len(specs))
-        deadline = time.time() + settle
-        while time.time() < deadline:
-            view, rejected = asyncio.run(stack.read_view())
-            placed = sum(1 for j in specs if j.id in view.jobs and view.jobs[j.id].state != "pending")
-            progress.update(task2, completed=placed + sum(1 for j in specs if j.id in rejected))
-            if placed + sum(1 for j in specs if j.id in rejected) >= len(specs):
-                break
-            time.sleep(1)
-    view, rejected = asyncio.run(stack.read_view())
-    mine = [view.jobs[s.id] for s in specs if s.id in view.jobs]
+        view, live, alloc, sent, busiest = asyncio.run(d.run_live(p, rate, settle, progress, console))
     states: dict[str, int] = {}
-    for r in mine:
-        states[r.state] = states.get(r.state, 0) + 1
-    latency = np.array(asyncio.run(stack.placement_latencies(sent))) * 1000
-    cluster = view.cluster
-    alloc = 100 * cluster.used_gpu_milli() / cluster.total_gpu_milli if cluster is not None else 0.0
-    n_rejected = sum(1 for s in specs if s.id in rejected)
-    console.print(f"jobs submitted {len(specs)}, admitted {len(mine)}, rejected {n_rejected}")
-    console.print("states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
-    peak, _ = asyncio.run(stack.peak_allocation(since=start))
-    console.print(
-        f"GPU allocation peaked at {peak:.1f}% during the run, now {alloc:.1f}%, "
-        f"of {cluster.total_gpu_milli // 1000 if cluster else 0} GPUs"
-    )
-    if latency.size:
-        console.print(
-            f"submit-to-placement latency p50 {np.percentile(latency, 50):.0f} ms, "
-            f"p99 {np.percentile(latency, 99):.0f} ms over {latency.size} placed jobs"
-        )
+    for s in p.jobs:
+        state = view.jobs[s.id].state if s.id in view.jobs else "not admitted"
+        states[state] = states.get(state, 0) + 1
+    console.print("jobs: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    console.print(f"GPU allocation peaked at {max(alloc, default=0.0):.1f}% of {p.total_gpus} GPUs")
+    if busiest is not None:
+        busiest.title = "queues (GPUs) when the last job was produced"
+        console.print(busiest)
+    with console.status("replaying the same jobs in the simulator under fifo and tessera"):
+        fifo, ours = d.simulated(p, sent, "fifo"), d.simulated(p, sent, "tessera")
+    d.report(p, live, fifo, ours, console)
+    console.print(f"the run's log: DATABASE_URL={url} TESSERA_TOPIC_PREFIX=demo{tag} tessera status")
     if not keep:
         stack.stop_all()
         console.print("services stopped (PostgreSQL and Kafka keep running: tessera infra down)")

@@ -1,0 +1,315 @@
+"""``tessera demo``: the live stack at work on a small, busy cluster, next to what FIFO would do.
+
+The demo is sized so that the scheduler has decisions to make: a stratified 2% of the openb GPU
+nodes (every node kind kept, 33 nodes / 159 GPUs), three teams' queues with guarantees of 40, 35
+and 25% of the GPUs, and the first 1,200 openb pods (by creation time) produced to Kafka at 40 jobs/s
+with their run times divided by 60 and capped at 30 s, which offers about 1.6 times what the
+cluster holds while they arrive.  Ten seconds in, a gang of three 8-GPU workers is submitted: it
+waits, reserves the nodes it will use while they drain, and starts whole.
+
+At the end the same jobs (the moments they were produced, their run times) are replayed by the
+timeline simulator under ``fifo`` and ``tessera`` on the same nodes and queues: the live run
+should look like the simulated ``tessera`` column, and the ``fifo`` column is what a plain FIFO
+queue would have given.  Each run gets a database (``tessera_demo``) and topic prefix of its own,
+so a demo never mixes with an earlier one or with a stack started by ``tessera up``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import os
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from schemas.job import JobSpec
+from schemas.queues import QueueTreeSpec
+from shared.cli import stack
+from shared.cli.simulate import node_sample
+from shared.core.fragmentation import TypicalWorkload
+from shared.core.registry import DEFAULT_POLICY, build_profile
+from shared.core.task import NodeSpec
+from shared.eventstore.postgres import PostgresEventStore
+from shared.settings import Settings
+from shared.sim.metrics import SIZE_CLASSES, size_class
+from shared.sim.policies import timeline_config
+from shared.sim.timeline import run_timeline
+from shared.sim.trace import TracePod
+from shared.sim.workload import SimJob, Workload
+from shared.state.fold import ClusterView
+from shared.state.follow import catch_up
+from shared.state.queue_usage import queue_usage
+from shared.state.wire import queue_tree, task_shape
+
+TEAMS = {"nlp": 0.40, "vision": 0.35, "speech": 0.25}
+"""Each team's queue and its guaranteed share of the GPUs; pods go to a team by a hash of their name."""
+GANG_ID = "demo-gang"
+GANG_REPLICAS = 3
+DATABASE = "tessera_demo"
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    nodes: list[NodeSpec]
+    tree: QueueTreeSpec
+    jobs: list[JobSpec]  # in the order they are produced
+    gang_after: int  # the gang is produced after this many trace jobs
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpu_count for n in self.nodes)
+
+
+def team_of(name: str) -> str:
+    teams = list(TEAMS)
+    return teams[zlib.crc32(name.encode()) % len(teams)]
+
+
+def plan(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[TracePod],
+    count: int,
+    share: float,
+    speedup: float,
+    cap_s: float,
+    tag: str,
+    gang_after: int,
+) -> DemoPlan:
+    """The demo's cluster, queue tree and jobs; pure, so the simulator replays exactly these."""
+    sample = node_sample(list(nodes), share)
+    total = sum(n.gpu_count for n in sample)
+    tree = QueueTreeSpec.model_validate(
+        {
+            "queues": [
+                {
+                    "name": team,
+                    "tenants": [team, "demo"],
+                    "guarantee": {"nvidia.com/gpu": int(total * frac)},  # floor: never above the cluster
+                }
+                for team, frac in TEAMS.items()
+            ]
+        }
+    )
+    jobs = []
+    for p in sorted(pods, key=lambda p: (p.creation_time, p.name))[:count]:
+        team = team_of(p.name)
+        spec = stack.spec_from_trace(p, speedup, tenant=team, queue=team)
+        duration = min(cap_s, spec.duration_s or cap_s)
+        jobs.append(spec.model_copy(update={"id": f"{p.name.lower()}-{tag}", "duration_s": duration}))
+    gang = JobSpec.model_validate(
+        {
+            "id": f"{GANG_ID}-{tag}",
+            "tenant": "nlp",
+            "queue": "nlp",
+            "workload": "training",
+            "replicas": GANG_REPLICAS,
+            "gang": {"min-member": GANG_REPLICAS, "timeout-s": 120},
+            "resources": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8},
+            "duration-s": 20,
+            "checkpointable": True,
+        }
+    )
+    jobs.insert(min(gang_after, len(jobs)), gang)
+    return DemoPlan(sample, tree, jobs, gang_after)
+
+
+def as_workload(p: DemoPlan, sent: dict[str, float]) -> Workload:
+    """The jobs as produced (``sent``: epoch seconds) for the timeline simulator."""
+    t0 = min(sent.values())
+    jobs = tuple(
+        SimJob(
+            id=s.id,
+            queue=s.queue,
+            tenant=s.tenant,
+            shape=task_shape(s),
+            replicas=s.replicas,
+            submit=sent[s.id] - t0,
+            work_s=float(s.duration_s or 1.0),
+            priority=s.effective_priority,
+            checkpointable=s.checkpointable,
+            duration_s=s.duration_s,
+        )
+        for s in p.jobs
+        if s.id in sent
+    )
+    return Workload("demo", tuple(p.nodes), jobs, queue_tree(p.tree))
+
+
+def demo_class(gpus: float) -> str:
+    """Finer than the simulator's classes at the small end, where nearly all openb pods are."""
+    if gpus == 0:
+        return "CPU only"
+    if gpus < 1:
+        return "GPU share"
+    return size_class(gpus)
+
+
+DEMO_CLASSES = ("CPU only", "GPU share", *SIZE_CLASSES)
+
+
+@dataclass
+class Figures:
+    """One run's outcome, live or simulated: waits by size class and GPU-time by queue."""
+
+    waits: dict[str, list[float]] = field(default_factory=lambda: {c: [] for c in DEMO_CLASSES})
+    gpu_s: dict[str, float] = field(default_factory=dict)
+    utilisation: float = 0.0
+    gang_wait: float | None = None
+
+    def p95(self, cls: str) -> str:
+        v = self.waits[cls]
+        return f"{np.percentile(v, 95):.1f}" if v else "—"
+
+    def share(self, queue: str) -> str:
+        total = sum(self.gpu_s.values())
+        return f"{100 * self.gpu_s.get(queue, 0.0) / total:.0f}%" if total else "—"
+
+
+def simulated(p: DemoPlan, sent: dict[str, float], policy: str) -> Figures:
+    w = as_workload(p, sent)
+    profile = build_profile(DEFAULT_POLICY, TypicalWorkload.from_tasks(j.shape for j in w.jobs))
+    r = run_timeline(w, policy, timeline_config(policy, profile), 42)
+    out = Figures()
+    for j in r.jobs:
+        out.waits[demo_class(j.spec.gpus)].append(j.waited)
+        out.gpu_s[j.spec.queue] = out.gpu_s.get(j.spec.queue, 0.0) + j.used_gpu_s
+        if j.spec.id.startswith(GANG_ID):
+            out.gang_wait = j.waited
+    busy = r.times <= r.last_arrival
+    t, a = r.times[busy], r.alloc[busy]
+    out.utilisation = float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 else 0.0
+    return out
+
+
+async def fresh_database(settings: Settings) -> str:
+    """``tessera_demo`` next to the configured database, dropped and created empty."""
+    admin = await asyncpg.connect(settings.database_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+    finally:
+        await admin.close()
+    base, _, _ = settings.database_url.rpartition("/")
+    return f"{base}/{DATABASE}"
+
+
+def write_nodes(nodes: Sequence[NodeSpec], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        out = csv.writer(handle, lineterminator="\n")
+        out.writerow(["sn", "cpu_milli", "memory_mib", "gpu", "model"])
+        for n in nodes:
+            out.writerow([n.name, n.cpu_milli, n.memory_mib, n.gpu_count, n.gpu_model])
+    return path
+
+
+async def run_live(
+    p: DemoPlan, rate: float, settle_s: float, progress: Progress, console: Console
+) -> tuple[ClusterView, Figures, list[float], dict[str, float], Table | None]:
+    """Produce the jobs while following the log, until every job ended (or ``settle_s`` after
+    the last was produced), sampling GPU allocation and each queue's GPUs once a second; returns
+    the final view, the live figures, the samples, the send times, and the queue table as it
+    stood when the last job was produced."""
+    from shared.cli.main import queue_table
+
+    settings = Settings()
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    view = ClusterView()
+    live = Figures()
+    alloc: list[float] = []
+    ids = [s.id for s in p.jobs]
+    produce = progress.add_task(f"producing {len(ids)} jobs to Kafka at {rate:g}/s", total=len(ids))
+    sending = asyncio.create_task(
+        stack.submit(p.jobs, rate=rate, on_sent=lambda n: progress.advance(produce, n))
+    )
+    bar = progress.add_task("jobs ended", total=len(ids))
+    busiest: Table | None = None
+    deadline = float("inf")
+    gang_id = p.jobs[p.gang_after].id
+    try:
+        while time.time() < deadline:
+            began = time.time()
+            await catch_up(view, store)
+            cluster = view.cluster
+            if not sending.done() and cluster is not None and cluster.total_gpu_milli:
+                alloc.append(100 * cluster.used_gpu_milli() / cluster.total_gpu_milli)
+                for q in queue_usage(view):
+                    if q.name in TEAMS:
+                        live.gpu_s[q.name] = live.gpu_s.get(q.name, 0.0) + q.used_gpu
+            if sending.done() and busiest is None:
+                busiest = queue_table(view)  # type: ignore[assignment]
+                deadline = time.time() + settle_s
+            ended = sum(1 for j in ids if j in view.jobs and view.jobs[j].status.terminal)
+            gang = view.jobs.get(gang_id)
+            used = 100 * cluster.used_gpu_milli() / cluster.total_gpu_milli if cluster else 0.0
+            progress.update(
+                bar,
+                completed=ended,
+                description=f"GPUs {used:.0f}% | gang {gang.state if gang else 'not yet'} | jobs ended",
+            )
+            if ended == len(ids):
+                break
+            await asyncio.sleep(max(0.0, 1.0 - (time.time() - began)))
+        sent = await sending
+        for s in p.jobs:
+            r = view.jobs.get(s.id)
+            if r is not None and r.placed_time and s.id in sent:
+                gpus = r.shape.total_gpu_milli * s.replicas / 1000
+                live.waits[demo_class(gpus)].append(max(0.0, r.placed_time - sent[s.id]))
+        live.utilisation = float(np.mean(alloc)) if alloc else 0.0
+        events = await store.read_stream(f"job-{gang_id}")
+        times = {e.type: e.recorded_at.timestamp() for e in reversed(events)}
+        if gang_id in sent:
+            t0 = sent[gang_id]
+            steps = [f"produced at +{t0 - min(sent.values()):.1f} s"]
+            for kind, words in (("JobReserved", "reserved"), ("JobPlaced", "placed whole")):
+                if kind in times:
+                    steps.append(f"{words} {times[kind] - t0:.1f} s later")
+            if "JobReserved" in times:
+                reserved = next(e for e in events if e.type == "JobReserved")
+                steps.append(f"on {', '.join(reserved.data['nodes'])}")
+            console.print(f"gang {gang_id} ({GANG_REPLICAS} x 8 GPUs): " + ", ".join(steps))
+            if "JobPlaced" in times:
+                live.gang_wait = times["JobPlaced"] - t0
+        return view, live, alloc, sent, busiest
+    finally:
+        await store.close()
+
+
+def report(p: DemoPlan, live: Figures, fifo: Figures, ours: Figures, console: Console) -> None:
+    waits = Table(title="p95 wait from produced to placed (s), by GPUs per job")
+    for col in ("job size", "jobs", "live (tessera)", "simulated tessera", "simulated fifo"):
+        waits.add_column(col, justify="left" if col == "job size" else "right")
+    for cls in DEMO_CLASSES:
+        waits.add_row(cls, str(len(fifo.waits[cls])), live.p95(cls), ours.p95(cls), fifo.p95(cls))
+    gang = (live.gang_wait, ours.gang_wait, fifo.gang_wait)
+    waits.add_row("the gang", "1", *(f"{g:.1f}" if g is not None else "—" for g in gang))
+    console.print(waits)
+    shares = Table(
+        title="share of the GPU-time each queue received (live: while jobs arrived; simulated: whole run)"
+    )
+    for col in ("queue", "guarantee", "live (tessera)", "simulated tessera", "simulated fifo"):
+        shares.add_column(col, justify="left" if col == "queue" else "right")
+    for team, frac in TEAMS.items():
+        shares.add_row(team, f"{100 * frac:.0f}%", live.share(team), ours.share(team), fifo.share(team))
+    console.print(shares)
+    console.print(
+        f"mean GPU allocation while jobs arrived: live {live.utilisation:.1f}%, "
+        f"simulated tessera {ours.utilisation:.1f}%, simulated fifo {fifo.utilisation:.1f}%"
+    )
+    del p
+
+
+def database_env(url: str, prefix: str) -> None:
+    """Point this process (and the services it starts) at the demo's database and topics."""
+    os.environ["DATABASE_URL"] = url
+    os.environ["TESSERA_TOPIC_PREFIX"] = prefix
