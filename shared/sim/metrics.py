@@ -5,8 +5,9 @@ fairness between queues, and what preemption cost.
 * **Queueing delay**: all the time a job spent pending, every attempt included (a preempted job
   waits again), by size class of GPUs per full run: ``1`` (up to one GPU, shares and CPU-only
   jobs included), ``2-4``, ``8`` (5 to 8) and ``>8``; a class with no job is ``null``.
-* **Utilisation**: time-weighted GPU allocation (% of the cluster) from the first arrival to the
-  last, the window in which the trace offers its load.
+* **Utilisation**: time-weighted GPU allocation (% of the cluster) over the window in which the
+  trace offers its load: from the first arrival (openb: the 10th-percentile arrival, see
+  ``busy_window_start``) to the last.
 * **Jain's index** over the queues that have demand, of (GPU share received / GPU share
   deserved), where deserved is the tree's water-filling of the cluster over their demands:
   1.0 when every queue gets what it deserves; sampled every half hour and averaged.
@@ -47,7 +48,7 @@ def summarise(r: TimelineResult) -> dict[str, object]:
     by_class: dict[str, list[float]] = {c: [] for c in SIZE_CLASSES}
     for j in jobs:
         by_class[size_class(j.spec.gpus)].append(j.waited)
-    inside = r.times <= r.last_arrival
+    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
     t, a = r.times[inside], r.alloc[inside]
     util = float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else 0.0
     used = sum(j.used_gpu_s for j in jobs)

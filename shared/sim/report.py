@@ -148,9 +148,10 @@ def write_timeline(
 
 
 def _resample(r: TimelineResult, points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step-hold values at ``points`` evenly spaced times over the arrival window."""
-    end = max(r.last_arrival, float(r.times[0]) + 1.0)
-    grid = np.linspace(float(r.times[0]), end, points)
+    """Step-hold values at ``points`` evenly spaced times over the load window."""
+    begin = max(float(r.times[0]), r.window_start)
+    end = max(r.last_arrival, begin + 1.0)
+    grid = np.linspace(begin, end, points)
     idx = np.clip(np.searchsorted(r.times, grid, side="right") - 1, 0, r.times.size - 1)
     return grid, r.alloc[idx], r.queue[idx]
 

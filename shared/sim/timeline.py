@@ -78,6 +78,7 @@ class TimelineResult:
     jain: FloatArray  # Jain's index over queues with demand, at each sample
     first_arrival: float
     last_arrival: float
+    window_start: float  # utilisation is measured from here to the last arrival
     cycles: int
     wall_s: float
     preemptions: int
@@ -359,6 +360,7 @@ def run_timeline(
         jain=np.array(sim.jain_v),
         first_arrival=min(arrivals),
         last_arrival=max(arrivals),
+        window_start=min(arrivals) if workload.window_start is None else workload.window_start,
         cycles=sim.cycles,
         wall_s=time.perf_counter() - started,
         preemptions=sim.preemptions,

@@ -1,0 +1,84 @@
+"""The timeline simulator's inputs and protocol: offered load, the openb window and node sample,
+the Philly workload, and jobs that wait, run whole and end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.cli.simulate import node_sample
+from shared.core.fragmentation import TypicalWorkload
+from shared.core.queues import QueueSpec, QueueTree
+from shared.core.registry import build_profile
+from shared.core.task import NodeSpec, TaskShape
+from shared.sim.metrics import summarise
+from shared.sim.policies import timeline_config
+from shared.sim.timeline import run_timeline
+from shared.sim.workload import SimJob, Workload, busy_window_start, offered_load, philly_workload
+
+PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
+GPU = TaskShape(1000, 1024, 1, 1000)
+
+
+def sim_job(job_id: str, submit: float, work: float, shape: TaskShape = GPU, replicas: int = 1) -> SimJob:
+    return SimJob(job_id, "q", "t", shape, replicas, submit, work, duration_s=work)
+
+
+def test_offered_load_counts_only_what_runs_inside_the_window() -> None:
+    # One GPU, window 0..100: a job of 50 s at 0, a job at 100 running for a year (none of it inside).
+    jobs = [sim_job("a", 0, 50), sim_job("b", 100, 3e7)]
+    assert offered_load(jobs, 1) == pytest.approx(0.5)
+    # From t=50 on only what runs after 50 counts: nothing of a, nothing of b.
+    assert offered_load(jobs, 1, start=50) == pytest.approx(0.0)
+    assert offered_load([sim_job("c", 0, 200), sim_job("d", 100, 1)], 2, start=50) == pytest.approx(0.5)
+
+
+def test_the_busy_window_starts_at_the_tenth_percentile_arrival() -> None:
+    jobs = [sim_job(f"j{i}", float(t), 1) for i, t in enumerate([0, 1000, *range(2000, 2018)])]
+    assert busy_window_start(jobs) == 2000.0
+
+
+def test_the_node_sample_keeps_each_kind_in_proportion_and_at_least_one() -> None:
+    nodes = [NodeSpec(f"a{i}", 8000, 8000, 8, "A100") for i in range(50)]
+    nodes += [NodeSpec(f"t{i}", 8000, 8000, 1, "T4") for i in range(10)] + [NodeSpec("cpu", 64000, 8000)]
+    sample = node_sample(nodes, 0.1)
+    assert [n.name for n in sample] == ["a0", "a1", "a2", "a3", "a4", "t0", "cpu"]
+
+
+def test_the_philly_workload_is_one_queue_per_vc_sized_for_the_load() -> None:
+    w = philly_workload(PHILLY / "gavel-derived-per-vc-seed0", PHILLY / "gavel_isolated_throughputs.csv", 0.9)
+    assert 0.85 <= w.offered_load() <= 0.9 + 1e-9
+    assert {j.queue for j in w.jobs} == set(w.queues.leaves)
+    big = [j for j in w.jobs if j.gpus > 8]
+    assert big and all(j.shape.num_gpu <= 8 and j.replicas * j.shape.num_gpu == j.gpus for j in big)
+    guarantees = sum(w.queues.specs[q].guarantee[0] for q in w.queues.leaves)
+    assert guarantees <= w.total_gpus * 1000
+
+
+def _run(jobs: list[SimJob], policy: str, gpus: int = 4) -> dict[str, object]:
+    nodes = (NodeSpec("n0", 64_000, 65_536, gpus, "V100"),)
+    w = Workload("t", nodes, tuple(jobs), QueueTree([QueueSpec("q")]))
+    profile = build_profile("tessera", TypicalWorkload.from_tasks(j.shape for j in jobs))
+    return summarise(run_timeline(w, policy, timeline_config(policy, profile), 1))
+
+
+def test_fifo_blocks_behind_a_job_that_does_not_fit_and_backfill_does_not() -> None:
+    # 4 GPUs: a 3-GPU job runs 100 s; a 4-GPU job waits for it; a 1-GPU 50-s job arrives after.
+    wide = TaskShape(3000, 1024, 3, 1000)
+    full = TaskShape(4000, 1024, 4, 1000)
+    jobs = [sim_job("a", 0, 100, wide), sim_job("b", 1, 10, full), sim_job("c", 2, 50)]
+    fifo, backfill = _run(jobs, "fifo"), _run(jobs, "fifo-backfill")
+    # FIFO: c waits behind b until b ends at 110; backfill: c runs at once in the idle GPU,
+    # since it ends (52) before b can start (100).
+    assert fifo["wait_p95_s"]["1"] > 100  # type: ignore[index]
+    assert backfill["wait_p95_s"]["1"] < 1  # type: ignore[index]
+    assert fifo["unfinished"] == backfill["unfinished"] == 0
+
+
+def test_a_gang_never_runs_part_of_its_tasks() -> None:
+    jobs = [sim_job("a", 0, 100), sim_job("gang", 1, 10, GPU, replicas=4), sim_job("c", 2, 10)]
+    row = _run(jobs, "tessera")
+    assert row["unfinished"] == 0
+    # The gang needs all 4 GPUs: it starts once a has ended at 100, not before.
+    assert row["gang_wait_p95_s"] is not None and row["gang_wait_p95_s"] >= 98  # type: ignore[operator]
