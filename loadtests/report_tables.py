@@ -94,5 +94,33 @@ def main(root: Path) -> None:
         )
 
 
+def _h(v: object) -> str:
+    return f"{float(v) / 3600:.0f}" if isinstance(v, int | float) else "—"
+
+
+def timeline_tables(root: Path) -> None:
+    """One table per ``DIR/timeline/<trace>/summary.json``: hours, %, counts."""
+    for p in sorted(root.glob("timeline/*/summary.json")):
+        body = json.loads(p.read_text())
+        print(
+            f"\n{p.parent.name}: {body['nodes']} nodes / {body['gpus']} GPUs, {body['jobs']} jobs, "
+            f"offered load {body['offered_load']}, seeds {body['seeds']}\n"
+        )
+        print(
+            "| policy | avg JCT h | p95 wait h: 1 / 2-4 / 8 / >8 GPUs | Jain | GPU util % | "
+            "preemptions | max per job | GPU-h lost % |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for name, r in body["policies"].items():
+            waits = " / ".join(_h(r["wait_p95_s"][c]) for c in ("1", "2-4", "8", ">8"))
+            print(
+                f"| {name} | {_h(r['avg_jct_s'])} | {waits} | "
+                f"{r['jain']:.3f} | {r['utilisation']:.1f} | {r['preemptions']} | "
+                f"{r['max_preemptions_per_job']} | {r['gpu_hours_lost_pct']:.2f} |"
+            )
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results"))
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
+    main(folder)
+    timeline_tables(folder)

@@ -1,0 +1,31 @@
+"""Every example file the README points to is valid: a job the spec accepts and the scheduler
+honours, or a queue tree the core accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from schemas.job import JobSpec
+from schemas.queues import QueueTreeSpec
+from shared.state.honoured import unhonoured
+from shared.state.wire import queue_tree
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_example_is_valid(path: Path) -> None:
+    body = yaml.safe_load(path.read_text())
+    if body["kind"] == "QueueTree":
+        tree = queue_tree(QueueTreeSpec.model_validate(body))
+        assert tree.leaves
+    else:
+        assert unhonoured(JobSpec.model_validate(body)) == []
+
+
+def test_there_are_examples_of_both_kinds() -> None:
+    kinds = {yaml.safe_load(p.read_text())["kind"] for p in EXAMPLES}
+    assert kinds == {"Job", "QueueTree"}
