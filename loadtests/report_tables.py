@@ -95,7 +95,10 @@ def main(root: Path) -> None:
 
 
 def _h(v: object) -> str:
-    return f"{float(v) / 3600:.0f}" if isinstance(v, int | float) else "—"
+    if not isinstance(v, int | float):
+        return "—"
+    hours = float(v) / 3600
+    return f"{hours:.1f}" if hours < 10 else f"{hours:.0f}"
 
 
 def timeline_tables(root: Path) -> None:
