@@ -110,6 +110,12 @@ class QueueConfig(BaseModel):
         for dim, a, b in zip(("nvidia.com/gpu", "cpu", "memory"), g, m, strict=True):
             if a > b:
                 raise ValueError(f"queue {self.name!r}: guarantee {dim} exceeds its max")
+        # The children's guarantees must fit the parent's max together, or some could never be
+        # honoured (the max binds first).
+        sums = [sum(c.guarantee.as_core(0.0)[i] for c in self.children) for i in range(3)]
+        for dim, a, b in zip(("nvidia.com/gpu", "cpu", "memory"), sums, m, strict=True):
+            if a > b:
+                raise ValueError(f"queue {self.name!r}: its children's guarantees of {dim} exceed its max")
         return self
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -114,6 +115,14 @@ class QueueTree:
             out.append(name)
             name = self.specs[name].parent
         return out
+
+    @cached_property
+    def capped(self) -> frozenset[str]:
+        """Queues with a finite max on themselves or an ancestor: only they need the max check
+        (computed once per tree; a tree is never changed after it is built)."""
+        return frozenset(
+            q for q in self.specs if any(np.isfinite(self.specs[a].max).any() for a in self.ancestors(q))
+        )
 
     def is_leaf(self, name: str) -> bool:
         return name in self.specs and not self.children[name]

@@ -25,6 +25,7 @@ from shared.core.cluster import ClusterState
 from shared.core.cycle import CycleConfig, Snapshot, run_cycle
 from shared.core.fragmentation import FragmentationModel, NodeFragmentation, TypicalWorkload
 from shared.core.jobs import Job
+from shared.core.queues import open_tree
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.trace import TracePod
@@ -107,6 +108,7 @@ def run_fill(
         profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False
     )
     meter = NodeFragmentation(FragmentationModel(typical, cluster.models), cluster)
+    queues = open_tree(["default"])  # built once: every pod is a job of one open queue
     order = fill_order(pods, cluster.total_gpu_milli, seed, inflation)
     rng = np.random.default_rng([seed, 2])
     total = float(cluster.total_gpu_milli)
@@ -123,7 +125,7 @@ def run_fill(
         arrived_milli += pod.shape.total_gpu_milli
         job = Job(id=pod.name, queue="default", tenant="", shape=pod.shape)
         start = time.perf_counter()
-        result = run_cycle(Snapshot(cluster, [job]), config, 0.0, rng)
+        result = run_cycle(Snapshot(cluster, [job], queues=queues), config, 0.0, rng)
         spent += time.perf_counter() - start
         placements = result.placed.get(job.id)
         if placements:

@@ -9,6 +9,7 @@ from schemas import JobSpec, SubmitJob
 from schemas.commands import CommandAdapter
 from schemas.events import EventAdapter, JobPlaced, JobRejected, TaskBinding
 from schemas.export import MODELS, write_schemas
+from schemas.queues import QueueTreeSpec
 
 JOB_YAML = """
 apiVersion: tessera/v1
@@ -110,3 +111,27 @@ def test_schema_export_writes_one_valid_json_schema_per_model(tmp_path: Path) ->
     assert len(written) == len(MODELS)
     job = json.loads((tmp_path / "JobSpec.schema.json").read_text())
     assert "nvidia.com/gpu" in job["$defs"]["Resources"]["properties"]
+
+
+@pytest.mark.parametrize(
+    ("queue", "words"),
+    [
+        ({"name": "a", "guarantee": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 4}}, "guarantee"),
+        (
+            {
+                "name": "p",
+                "max": {"nvidia.com/gpu": 10},
+                "children": [
+                    {"name": "c1", "guarantee": {"nvidia.com/gpu": 6}},
+                    {"name": "c2", "guarantee": {"nvidia.com/gpu": 6}},
+                ],
+            },
+            "children's guarantees",
+        ),
+    ],
+)
+def test_a_queue_tree_whose_guarantees_could_never_be_honoured_is_refused(
+    queue: dict[str, object], words: str
+) -> None:
+    with pytest.raises(ValueError, match=words):
+        QueueTreeSpec.model_validate({"queues": [queue]})

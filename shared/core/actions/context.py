@@ -72,10 +72,7 @@ class CycleContext:
         self._shares: dict[str, float] = {}
         self._estimates: dict[str, float] = {}
         # Queues with a finite max on themselves or an ancestor: only they need the max check.
-        tree = self.queues
-        self._capped = {
-            q for q in tree.specs if any(np.isfinite(tree.specs[a].max).any() for a in tree.ancestors(q))
-        }
+        self._capped = self.queues.capped
         self._reserved_by = np.full(self.cluster.size, -1, dtype=np.int64)
         self._reservation_ids: list[str] = []
         self._rebuild_reserved()
