@@ -91,7 +91,12 @@ def cycle(w: World, seed: int = 0) -> CycleResult:
     return run_cycle(w.snapshot, w.config, NOW, np.random.default_rng(seed))
 
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized so CI runs the same 100 worlds every time.  To explore further, set
+# derandomize=False and run with --hypothesis-seed=N (seeds 1-30 passed on 2026-12-03; the two
+# counterexamples found before, both flaws of the properties, are fixed above).
+PROPS = settings(
+    max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @PROPS
@@ -164,10 +169,22 @@ def test_guarantees_are_honoured_whenever_demanded(w: World) -> None:
     preemptors = {p.by for p in result.of(Preempt)}
     tree = w.snapshot.queues
     assert tree is not None
+    # What the cycle itself placed counts: room it gave to others is not free, and jobs of the
+    # same queue it placed count against the queue's guarantee.
+    after = w.snapshot.cluster.copy()
+    for placements in result.placed.values():
+        for p in placements:
+            after.place(p.node, p.task, p.gpus)
+    queue_of = {job.id: job.queue for job in w.snapshot.pending}
     for j in blocked[:1]:  # the first blocked job: later ones may be beyond the cycle's limits
         g = float(tree.specs[j.queue].guarantee[0])
         used = sum(
             r.job.shape.total_gpu_milli * r.replicas for r in w.snapshot.running if r.job.queue == j.queue
+        ) + sum(
+            p.task.total_gpu_milli
+            for job_id, placements in result.placed.items()
+            if queue_of.get(job_id) == j.queue
+            for p in placements
         )
         need = j.shape.total_gpu_milli * j.fewest
         if g == 0 or used + need > g or result.unschedulable[j.id].plugin == "QueueMax":
@@ -182,7 +199,7 @@ def test_guarantees_are_honoured_whenever_demanded(w: World) -> None:
         ]
         # Room that borrowed work could free, beside what is free: if it would hold the job, the
         # job must have been placed or preempted for (a node is checked whole, as the cycle does).
-        c = w.snapshot.cluster
+        c = after
         could = False
         for n in range(c.size):
             freeable = sum(
