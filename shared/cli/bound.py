@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from shared.cli.parallel import run_all
 from shared.sim.bound import arrived_until, offline_bound
 from shared.sim.fill import fill_order
 from shared.sim.trace import load_nodes, load_pods
@@ -57,20 +55,7 @@ def bound(
 ) -> dict[str, object]:
     load_nodes(nodes), load_pods(pods)  # fail on a bad file here, with its line
     jobs = [BoundJob(nodes, pods, s, a, inflation) for a in arrived for s in seeds]
-    workers = max(1, min(workers or (os.cpu_count() or 1), len(jobs)))
-    results: list[dict[str, float]] = []
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task(f"bounds ({workers} worker(s))", total=len(jobs))
-        if workers == 1:
-            for job in jobs:
-                results.append(run_bound(job))
-                progress.advance(task)
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                for result in pool.map(run_bound, jobs):
-                    results.append(result)
-                    progress.advance(task)
+    results = run_all(run_bound, jobs, workers, console, "bounds")
     summary: dict[str, object] = {
         "trace": pods.stem,
         "nodes": nodes.stem,

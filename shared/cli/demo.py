@@ -40,7 +40,7 @@ from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.core.task import NodeSpec
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
-from shared.sim.metrics import SIZE_CLASSES, size_class
+from shared.sim.metrics import SIZE_CLASSES, size_class, window_utilisation
 from shared.sim.policies import timeline_config
 from shared.sim.timeline import run_timeline
 from shared.sim.trace import TracePod
@@ -184,9 +184,7 @@ def simulated(p: DemoPlan, sent: dict[str, float], policy: str) -> Figures:
         out.gpu_s[j.spec.queue] = out.gpu_s.get(j.spec.queue, 0.0) + j.used_gpu_s
         if j.spec.id.startswith(GANG_ID):
             out.gang_wait = j.waited
-    busy = r.times <= r.last_arrival
-    t, a = r.times[busy], r.alloc[busy]
-    out.utilisation = float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 else 0.0
+    out.utilisation = window_utilisation(r)
     return out
 
 

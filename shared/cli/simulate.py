@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
@@ -164,23 +162,7 @@ def simulate(
     else:
         load_workload(source)
     jobs = [Job(source, p, s, mode, inflation, scorer) for p in policies for s in seeds]
-    workers = max(1, min(workers or (os.cpu_count() or 1), len(jobs)))
-    results: list[FillResult | dict[str, object]] = []
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(f"{mode} runs ({workers} worker(s))", total=len(jobs))
-        if workers == 1:
-            for job in jobs:
-                results.append(run_job(job))
-                progress.advance(task)
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures: list[Future[FillResult | dict[str, object]]] = [
-                    pool.submit(run_job, j) for j in jobs
-                ]
-                for future in futures:
-                    results.append(future.result())
-                    progress.advance(task)
+    results = run_all(run_job, jobs, workers, console, f"{mode} runs")
     if mode == "fill":
         fill = [r for r in results if isinstance(r, FillResult)]
         summary = write_fill(fill, out, source.pods.stem, source.nodes.stem)

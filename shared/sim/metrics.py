@@ -42,15 +42,20 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
 
 
+def window_utilisation(r: TimelineResult) -> float:
+    """Time-weighted GPU allocation (%) from the window's start to the last arrival."""
+    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
+    t, a = r.times[inside], r.alloc[inside]
+    return float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else 0.0
+
+
 def summarise(r: TimelineResult) -> dict[str, object]:
     jobs: list[JobRun] = r.jobs
     done = [j for j in jobs if j.finished >= 0]
     by_class: dict[str, list[float]] = {c: [] for c in SIZE_CLASSES}
     for j in jobs:
         by_class[size_class(j.spec.gpus)].append(j.waited)
-    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
-    t, a = r.times[inside], r.alloc[inside]
-    util = float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else 0.0
+    util = window_utilisation(r)
     used = sum(j.used_gpu_s for j in jobs)
     lost = sum(j.lost_gpu_s for j in jobs)
     gangs = [j.waited for j in jobs if j.spec.replicas > 1 and j.spec.min_replicas in (0, j.spec.replicas)]

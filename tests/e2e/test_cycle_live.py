@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,8 @@ from loadtests.live_stack import LiveStack, log_of
 from schemas import JobSpec
 from schemas.queues import QueueTreeSpec
 from shared.cli import stack
-from tests.conftest import create_database, drop_database
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def live(
-    kafka_bootstrap: str, database_url: str, unique: str, tmp_path: Path
-) -> AsyncIterator[LiveStack]:
-    database = await create_database(database_url)
-    s = LiveStack(kafka_bootstrap, database, f"cyc{unique}", tmp_path)
-    try:
-        yield s
-    finally:
-        await s.stop()
-        await drop_database(database_url, database)
 
 
 def nodes_csv(folder: Path, count: int) -> Path:

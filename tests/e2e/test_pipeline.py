@@ -11,7 +11,6 @@ import collections
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,19 +27,6 @@ from tests.conftest import create_database, drop_database
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "loadtests" / "traces" / "alibaba-gpu-v2023"
-
-
-@pytest.fixture
-async def live(
-    kafka_bootstrap: str, database_url: str, unique: str, tmp_path: Path
-) -> AsyncIterator[LiveStack]:
-    database = await create_database(database_url)
-    s = LiveStack(kafka_bootstrap, database, f"e2e{unique}", tmp_path)
-    try:
-        yield s
-    finally:
-        await s.stop()
-        await drop_database(database_url, database)
 
 
 def trace_specs(count: int, speedup: float, tag: str) -> list[JobSpec]:
