@@ -33,6 +33,8 @@ class LiveStack:
             "TESSERA_TOPIC_PREFIX": prefix,
             "TESSERA_STATS_DIR": str(folder),
             "TESSERA_LOG_LEVEL": "INFO",
+            "TESSERA_CHECKPOINT_ROOT": str(folder / "checkpoints"),
+            "TESSERA_AGENT_STATE_DIR": str(folder / "agent-state"),
         }
         self.settings = Settings(KAFKA_BOOTSTRAP_SERVERS=kafka, DATABASE_URL=database, topic_prefix=prefix)
         self.procs: dict[str, asyncio.subprocess.Process] = {}
@@ -54,6 +56,7 @@ class LiveStack:
     async def standard(self, workers: int, agent: list[str]) -> None:
         await self.start("relay", "-m", "shared.eventstore.relay")
         await self.start("admission", "-m", "services.admission.app")
+        await self.start("preemption", "-m", "services.preemption.app")
         await self.start("agent", "-m", "services.agent.app", *agent)
         for i in range(1, workers + 1):
             await self.start(

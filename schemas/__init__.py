@@ -1,8 +1,10 @@
 """The contracts: pydantic models of every command and event Tessera puts on the wire."""
 
-from schemas.commands import ApplyQueues, CancelJob, Command, DrainNode, SubmitJob
+from schemas.commands import ApplyQueues, CancelJob, Command, DrainNode, SubmitJob, UncordonNode
 from schemas.events import (
+    CommandRejected,
     Event,
+    EvictionStarted,
     JobAdmitted,
     JobCancelled,
     JobFailed,
@@ -12,24 +14,32 @@ from schemas.events import (
     JobRejected,
     JobReserved,
     JobStarted,
+    NodeCordoned,
     NodeDrained,
+    NodeNotReady,
+    NodeReady,
     NodeRegistered,
+    NodeUncordoned,
+    PreemptionAbandoned,
     PreemptionRequested,
     QueuesApplied,
     ReservationReleased,
+    TaskStopped,
     TelemetrySampled,
 )
 from schemas.job import ElasticRange, GangSpec, JobSpec, Resources, Toleration
-from schemas.node import GpuDevice, NodeInventory
+from schemas.node import GpuDevice, NodeHeartbeat, NodeInventory
 from schemas.queues import QueueConfig, QueueTreeSpec
 
 __all__ = [
     "ApplyQueues",
     "CancelJob",
     "Command",
+    "CommandRejected",
     "DrainNode",
     "ElasticRange",
     "Event",
+    "EvictionStarted",
     "GangSpec",
     "GpuDevice",
     "JobAdmitted",
@@ -42,9 +52,15 @@ __all__ = [
     "JobReserved",
     "JobSpec",
     "JobStarted",
+    "NodeCordoned",
     "NodeDrained",
+    "NodeHeartbeat",
     "NodeInventory",
+    "NodeNotReady",
+    "NodeReady",
     "NodeRegistered",
+    "NodeUncordoned",
+    "PreemptionAbandoned",
     "PreemptionRequested",
     "QueueConfig",
     "QueueTreeSpec",
@@ -52,6 +68,8 @@ __all__ = [
     "ReservationReleased",
     "Resources",
     "SubmitJob",
+    "TaskStopped",
     "TelemetrySampled",
     "Toleration",
+    "UncordonNode",
 ]

@@ -32,6 +32,13 @@ class DrainNode(_Command):
     reason: str = ""
 
 
+class UncordonNode(_Command):
+    """Let ``node`` take work again (``tessera uncordon``)."""
+
+    type: Literal["UncordonNode"] = "UncordonNode"
+    node: str
+
+
 class ApplyQueues(_Command):
     """Replace the whole queue tree (``tessera queue apply queues.yaml``)."""
 
@@ -39,5 +46,7 @@ class ApplyQueues(_Command):
     tree: QueueTreeSpec
 
 
-Command = Annotated[SubmitJob | CancelJob | DrainNode | ApplyQueues, Field(discriminator="type")]
+Command = Annotated[
+    SubmitJob | CancelJob | DrainNode | UncordonNode | ApplyQueues, Field(discriminator="type")
+]
 CommandAdapter: TypeAdapter[Command] = TypeAdapter(Command)

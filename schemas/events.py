@@ -20,6 +20,16 @@ class _Event(BaseModel):
     schema_version: Literal[1] = 1
 
 
+class CommandRejected(_Event):
+    """A command other than a submission that could not be carried out (a drain of a node that
+    never registered...), on stream ``rejected-<type>-<target>``."""
+
+    type: Literal["CommandRejected"] = "CommandRejected"
+    command: str
+    target: str
+    reason: str
+
+
 class JobAdmitted(_Event):
     type: Literal["JobAdmitted"] = "JobAdmitted"
     spec: JobSpec
@@ -127,11 +137,88 @@ class QueuesApplied(_Event):
     tree: QueueTreeSpec
 
 
+class EvictionStarted(_Event):
+    """The preemption service's go-ahead: the agents stop every task of ``job_id``'s ``attempt``
+    now (``signal``, then SIGKILL at ``deadline``).  ``by_job`` is the preemptor ("" for a drain or
+    a lost node).  Appended once per attempt (the job stream's expected version)."""
+
+    type: Literal["EvictionStarted"] = "EvictionStarted"
+    job_id: JobId
+    attempt: int = Field(0, ge=0)
+    by_job: str = ""
+    reason: str
+    grace_s: float = Field(ge=0)
+    deadline: float = Field(description="epoch seconds: SIGKILL for whatever still runs")
+    signal: str = Field("SIGTERM", description="sent first, so the job can checkpoint")
+
+
+class TaskStopped(_Event):
+    """One task of an evicted attempt has stopped (on the task stream, once: expected version 1,
+    or no stream for a task that never started).  ``checkpointed``: it wrote a checkpoint and exited
+    within its grace."""
+
+    type: Literal["TaskStopped"] = "TaskStopped"
+    job_id: JobId
+    node: str
+    task: int = Field(0, ge=0)
+    attempt: int = Field(0, ge=0)
+    checkpointed: bool = False
+    exit_code: int | None = None
+    killed: bool = Field(False, description="still running at the deadline: SIGKILLed")
+    ran_s: float = Field(0.0, ge=0, description="how long this attempt of the task ran")
+
+
 class JobPreempted(_Event):
+    """The evicted attempt is over: the job is pending again with ``attempt + 1``."""
+
     type: Literal["JobPreempted"] = "JobPreempted"
     job_id: JobId
-    by_job: JobId
+    by_job: str = ""
+    attempt: int = Field(0, ge=0, description="the attempt that was stopped")
     checkpointed: bool = False
+    work_lost_s: float = Field(0.0, ge=0, description="run time lost: since the last checkpoint, else all")
+    reason: str = ""
+
+
+class PreemptionAbandoned(_Event):
+    """A requested preemption not carried out (the preemptor no longer needs the room): the
+    victim runs on untouched."""
+
+    type: Literal["PreemptionAbandoned"] = "PreemptionAbandoned"
+    job_id: JobId
+    by_job: str
+    attempt: int = Field(0, ge=0)
+    reason: str
+
+
+class NodeCordoned(_Event):
+    """Nothing new goes to ``node``; with ``drain`` its jobs are evicted too (``tessera drain``)."""
+
+    type: Literal["NodeCordoned"] = "NodeCordoned"
+    node: str
+    drain: bool = True
+    reason: str = ""
+
+
+class NodeUncordoned(_Event):
+    type: Literal["NodeUncordoned"] = "NodeUncordoned"
+    node: str
+
+
+class NodeNotReady(_Event):
+    """``node``'s lease expired: no heartbeat since ``last_heartbeat`` (epoch seconds)."""
+
+    type: Literal["NodeNotReady"] = "NodeNotReady"
+    node: str
+    last_heartbeat: float
+    reason: str = ""
+
+
+class NodeReady(_Event):
+    """``node``'s agent is heard from again after a ``NodeNotReady``."""
+
+    type: Literal["NodeReady"] = "NodeReady"
+    node: str
 
 
 class NodeRegistered(_Event):
@@ -155,7 +242,8 @@ class TelemetrySampled(_Event):
 
 
 Event = Annotated[
-    JobAdmitted
+    CommandRejected
+    | JobAdmitted
     | JobRejected
     | JobPlaced
     | JobStarted
@@ -167,6 +255,13 @@ Event = Annotated[
     | ReservationReleased
     | QueuesApplied
     | JobPreempted
+    | EvictionStarted
+    | TaskStopped
+    | PreemptionAbandoned
+    | NodeCordoned
+    | NodeUncordoned
+    | NodeNotReady
+    | NodeReady
     | NodeRegistered
     | NodeDrained
     | TelemetrySampled,

@@ -176,6 +176,17 @@ class JobSpec(_Model):
         None, alias="duration-s", gt=0, description="expected run time (simulated agents)"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _priority_from_class(cls, data: Any) -> Any:
+        """A class given alone sets ``priority`` too, so the spec's JSON (which carries both) reads
+        back as the same spec (the SubmitJob on Kafka is such a round trip)."""
+        if isinstance(data, dict):
+            name = data.get("priority-class", data.get("priority_class"))
+            if isinstance(name, str) and name in PRIORITY_CLASSES and "priority" not in data:
+                data = {**data, "priority": PRIORITY_CLASSES[name]}
+        return data
+
     @field_validator("gpu_type", mode="before")
     @classmethod
     def _gpu_types(cls, value: Any) -> Any:

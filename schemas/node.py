@@ -31,3 +31,16 @@ class NodeInventory(BaseModel):
     @property
     def gpu_model(self) -> str:
         return self.gpus[0].model if self.gpus else ""
+
+
+class NodeHeartbeat(BaseModel):
+    """An agent's lease renewal for its nodes, on ``tessera.heartbeats`` every few seconds.
+
+    Not in the event log (one per agent per few seconds would swamp it); only a lease's change
+    is: ``NodeNotReady`` when one expires, ``NodeReady`` when its agent is heard from again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str = "NodeHeartbeat"
+    agent: str
+    nodes: list[str]
+    at: float = Field(description="epoch seconds when sent")

@@ -21,6 +21,26 @@ TESSERA_GC_SWEEP_S         600                                    services: full
 TESSERA_SNAPSHOT_EVERY     50000                                  placement: save a snapshot of the
                                                                   folded view once the newest one is
                                                                   this many events old
+TESSERA_PREEMPT_GRACE_S    30                                     placement: a checkpointable
+                                                                  victim's time between SIGTERM and
+                                                                  SIGKILL (others: 0)
+TESSERA_PREEMPT_MIN_       600                                    placement: a job that started less
+RUNTIME_S                                                         than this ago is not preempted
+TESSERA_STOP_SIGNAL        SIGTERM                                agent: sent first to an evicted
+                                                                  task (it may checkpoint)
+TESSERA_CHECKPOINT_ROOT    .local/checkpoints                     agent: TESSERA_CHECKPOINT_DIR is
+                                                                  <root>/<job id>, kept across
+                                                                  attempts
+TESSERA_AGENT_STATE_DIR    .local/agent                           agent: unreported task ends wait
+                                                                  here (survive a restart)
+TESSERA_HEARTBEAT_S        5                                      agent: lease renewal period
+TESSERA_LEASE_S            30                                     preemption: a node not heard from
+                                                                  this long becomes NotReady
+TESSERA_REQUEUE_AFTER_S    30                                     preemption: jobs on a NotReady node
+                                                                  are requeued after this much more
+TESSERA_STOP_REPORT_S      10                                     preemption: past an eviction's
+                                                                  deadline, how long to wait for a
+                                                                  NotReady node's agent to report
 =========================  =====================================  =================================
 """
 
@@ -51,6 +71,15 @@ class Settings(BaseSettings):
     snapshot_every: int = Field(50_000, ge=100)
     gather_ms: int = Field(5, ge=0, le=500)
     gc_sweep_s: float = Field(600.0, gt=0)
+    preempt_grace_s: float = Field(30.0, ge=0)
+    preempt_min_runtime_s: float = Field(600.0, ge=0)
+    stop_signal: str = Field("SIGTERM", pattern=r"^SIG[A-Z0-9]+$")
+    checkpoint_root: str = ".local/checkpoints"
+    agent_state_dir: str = ".local/agent"
+    heartbeat_s: float = Field(5.0, gt=0)
+    lease_s: float = Field(30.0, gt=0)
+    requeue_after_s: float = Field(30.0, ge=0)
+    stop_report_s: float = Field(10.0, ge=0)
 
     @property
     def topics(self) -> TopicNames:

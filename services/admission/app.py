@@ -12,7 +12,7 @@ import logging
 import os
 
 from schemas.commands import CommandAdapter
-from services.admission.batch import Admission
+from services.admission.batch import ATTEMPTS, Admission
 from services.admission.handlers import QueueRights
 from shared.bus import BusConsumer, BusProducer, ensure_topics
 from shared.eventstore.postgres import PostgresEventStore
@@ -61,6 +61,10 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
                 verdicts = await admission.decide([d.value for d in batch])
                 for delivery, verdict in zip(batch, verdicts, strict=True):
                     log.debug("%s %s", delivery.key, verdict)
+                    if verdict == "conflict":  # not handled: kept, with why, instead of dropped
+                        await consumer.dead_letter(
+                            delivery.record, f"admission gave up after {ATTEMPTS} conflicting appends"
+                        )
                     consumer.mark(delivery.record)
                 log.info("batch of %d: %s", len(batch), {v: verdicts.count(v) for v in set(verdicts)})
                 await consumer.commit()

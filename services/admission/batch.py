@@ -14,22 +14,26 @@ sees a job submitted earlier in the same batch.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
-from schemas.commands import ApplyQueues, CancelJob, SubmitJob
-from schemas.events import QueuesApplied
+from schemas.commands import ApplyQueues, CancelJob, DrainNode, SubmitJob, UncordonNode
+from schemas.events import CommandRejected, NodeCordoned, NodeUncordoned, QueuesApplied
 from schemas.job import JobSpec
 from services.admission.handlers import NeverFits, QueuePolicy, QueueRights, admit, cancel
 from shared.core.queues import QueueTree
 from shared.eventstore import ANY_VERSION, ConcurrencyError, EventStore, NewEvent
 from shared.state.fold import ClusterView, job_state
-from shared.state.wire import job_stream, queue_tree
+from shared.state.wire import job_stream, node_stream, queue_tree
 
 QUEUES_STREAM = "queues"
 
 log = logging.getLogger("tessera.admission")
-ATTEMPTS = 3
+ATTEMPTS = 20
+"""Appends tried per decision when another writer keeps moving the same streams; each conflict
+re-reads and decides again.  Past this the commands are answered ``conflict`` and the shell
+dead-letters them with that reason (never committed as if they had been handled)."""
 
 
 class NodeInventories:
@@ -79,6 +83,8 @@ class Admission:
                 verdicts.append(await self._cancel(command))
             elif isinstance(command, ApplyQueues):
                 verdicts.append(await self._apply_queues(command))
+            elif isinstance(command, DrainNode | UncordonNode):
+                verdicts.append(await self._cordon(command))
             else:
                 verdicts.append("ignored")
         verdicts += await self._submit(submissions)
@@ -88,7 +94,7 @@ class Admission:
         if not commands:
             return []
         policy = QueuePolicy(self.queues, self.nodes.tree())
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             found = await self.store.read_streams({job_stream(c.spec.id) for c in commands}, up_to_version=1)
             admitted = {
                 stream.removeprefix("job-"): JobSpec.model_validate(events[0].data["spec"])
@@ -111,9 +117,34 @@ class Admission:
                     await self.store.append(events, expected)
                 return verdicts
             except ConcurrencyError:
-                continue  # another writer created one of these job streams first: look again
+                await asyncio.sleep(0.01 * attempt)  # another writer created one first: look again
         log.warning("gave up on %d submissions after %d conflicting appends", len(commands), ATTEMPTS)
         return ["conflict"] * len(commands)
+
+    async def _cordon(self, command: DrainNode | UncordonNode) -> str:
+        """``tessera drain`` / ``uncordon``: a fact on the node's stream; the preemption service
+        evicts a drained node's jobs, every placement worker stops using it."""
+        node = command.node
+        if node not in self.nodes.view.inventories:
+            kind = "drain" if isinstance(command, DrainNode) else "uncordon"
+            event = CommandRejected(
+                command=command.type, target=node, reason=f"cannot {kind} {node!r}: no such node registered"
+            )
+            stream = f"rejected-{kind}-{node}"
+            await self.store.append(
+                [NewEvent(stream, event.type, event.model_dump(mode="json"))], {stream: ANY_VERSION}
+            )
+            return "rejected"
+        fact: NodeCordoned | NodeUncordoned
+        if isinstance(command, DrainNode):
+            fact = NodeCordoned(node=node, drain=True, reason=command.reason)
+        else:
+            fact = NodeUncordoned(node=node)
+        stream = node_stream(node)
+        await self.store.append(
+            [NewEvent(stream, fact.type, fact.model_dump(mode="json"))], {stream: ANY_VERSION}
+        )
+        return "drained" if isinstance(command, DrainNode) else "uncordoned"
 
     async def _apply_queues(self, command: ApplyQueues) -> str:
         """The whole tree replaces the last one; the cycle and admission read it from the log."""

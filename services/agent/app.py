@@ -3,10 +3,15 @@
 One process serves one real node (``--mode process``: inventory read from this machine, tasks run
 as pinned subprocesses) or many simulated ones (``--mode simulated --nodes CSV``: tasks finish
 after their duration).  Starting and finishing are exactly-once through the event store: a task's
-``JobStarted`` is appended to ``task-<job>-<i>`` expecting no stream, its end expecting version 1,
-so a restarted or duplicated agent can never run a task twice or end it twice.  On restart the
-agent rebuilds its view from the store, resumes simulated tasks where they were, starts tasks
-bound while it was down, and reports tasks whose process it lost as failed.
+``JobStarted`` is appended to its attempt's task stream expecting no stream, its end
+(``JobFinished``, ``JobFailed``, or ``TaskStopped`` after an eviction) expecting version 1, so a
+restarted or duplicated agent can never run a task twice or end it twice.  An ``EvictionStarted``
+is carried out with the checkpoint protocol (``services/agent/runtime.py``); a task evicted before
+it started is claimed stopped (its stream created by ``TaskStopped``), so it never starts.  Every
+``heartbeat_s`` the agent renews its nodes' lease on ``tessera.heartbeats``.  On restart the agent
+rebuilds its view from the store, reports the ends its outbox kept, resumes simulated tasks where
+they were, starts tasks bound while it was down, and reports tasks whose process it lost as failed
+(a task's process dies with its agent: ``PR_SET_PDEATHSIG``).
 
 Run: ``python -m services.agent.app --mode simulated --nodes loadtests/...csv --limit 100``.
 """
@@ -16,16 +21,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import time
 from pathlib import Path
 
-from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding
-from schemas.node import GpuDevice, NodeInventory
-from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime
-from shared.bus import ensure_topics
-from shared.eventstore import ANY_VERSION, NO_STREAM, ConcurrencyError, NewEvent
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding, TaskStopped
+from schemas.node import GpuDevice, NodeHeartbeat, NodeInventory
+from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime, TaskEnd, TaskRun
+from shared.bus import BusProducer, ensure_topics
+from shared.eventstore import ANY_VERSION, NO_STREAM, ConcurrencyError, EventStore, NewEvent
 from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service
 from shared.settings import Settings
@@ -87,6 +96,30 @@ def simulated_inventories(csv: Path, limit: int | None, prefix: str = "") -> lis
     return out
 
 
+class Outbox:
+    """Task ends not yet in the event log, one file each, so neither a store outage nor a restart
+    loses one: written before the append, removed after it (or once another writer ended the
+    task); a restarted agent reports what it finds here before anything else."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, end: TaskEnd) -> Path:
+        return self.folder / f"{end.job_id}.{end.task}.{end.attempt}.json"
+
+    def put(self, end: TaskEnd) -> None:
+        tmp = self._path(end).with_suffix(".tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(end)))
+        tmp.replace(self._path(end))
+
+    def remove(self, end: TaskEnd) -> None:
+        self._path(end).unlink(missing_ok=True)
+
+    def pending(self) -> list[TaskEnd]:
+        return [TaskEnd(**json.loads(p.read_text())) for p in sorted(self.folder.glob("*.json"))]
+
+
 class Agent:
     def __init__(self, settings: Settings, inventories: list[NodeInventory], runtime: Runtime) -> None:
         self.settings = settings
@@ -94,11 +127,14 @@ class Agent:
         self.names = {i.name for i in inventories}
         self.runtime = runtime
         self.view = ClusterView()
-        self._mine: dict[str, set[int]] = {}  # job -> tasks this process started or resumed
-        self.store: PostgresEventStore | None = None
+        self._mine: dict[str, tuple[int, set[int]]] = {}  # job -> (attempt, tasks) this process runs
+        self._stopping: set[tuple[str, int, int]] = set()  # (job, task, attempt) eviction handled
+        self.store: EventStore | None = None
         self.ready_name = os.environ.get("TESSERA_SERVICE_NAME", "agent")
+        self.outbox = Outbox(Path(settings.agent_state_dir) / self.ready_name / "outbox")
+        self.checkpoints = Path(settings.checkpoint_root).resolve()
 
-    async def register(self, store: PostgresEventStore) -> None:
+    async def register(self, store: EventStore) -> None:
         await catch_up(self.view, store)
         batch: list[NewEvent] = []
         for inv in self.inventories:
@@ -115,13 +151,16 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
         await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
-        self.store = store = await PostgresEventStore.connect(s.database_url, max_size=6)
+        store = await PostgresEventStore.connect(s.database_url, max_size=6)
+        self.store = store
         self.view = await restore(store)  # snapshot plus tail
         await self.register(store)
+        for end in self.outbox.pending():  # ends a crash kept from the log: report them first
+            await self._report(end)
         caught_up_at = time.time()
         await catch_up(self.view, store)
         follower = await follow_log(self.view, store, s, caught_up_at)
-        follow = asyncio.create_task(follower.run(stop))
+        tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(self._heartbeats(stop))]
         mark_ready(self.ready_name)
         try:
             while not stop.is_set():
@@ -131,10 +170,25 @@ class Agent:
                     await asyncio.wait_for(follower.changed.wait(), 0.5)
         finally:
             stop.set()
-            await asyncio.gather(follow, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             await store.close()
 
-    async def _reconcile(self, store: PostgresEventStore) -> None:
+    async def _heartbeats(self, stop: asyncio.Event) -> None:
+        """Renew this agent's lease on its nodes every ``heartbeat_s`` (the preemption service
+        marks a node NotReady when its lease lapses)."""
+        s = self.settings
+        nodes = sorted(self.names)
+        async with BusProducer(s.kafka_bootstrap_servers, client_id=f"agent-{self.ready_name}") as producer:
+            while not stop.is_set():
+                beat = NodeHeartbeat(agent=self.ready_name, nodes=nodes, at=time.time())
+                try:
+                    await producer.send_model(s.topics.heartbeats, beat, key=self.ready_name)
+                except Exception:  # the broker is away: the lease may lapse, the agent goes on
+                    log.warning("heartbeat not sent", exc_info=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), s.heartbeat_s)
+
+    async def _reconcile(self, store: EventStore) -> None:
         """Act on the jobs whose events arrived since the last call (all of them after a restore)."""
         changed = self.view.drain_changed()
         try:
@@ -143,46 +197,99 @@ class Agent:
             self.view.mark_changed(changed)  # not handled: look at them again next time
             raise
 
-    async def _act_on(self, store: PostgresEventStore, job_ids: list[str]) -> None:
+    def _run_of(self, record: JobRecord, binding: TaskBinding, started_at: float) -> TaskRun:
+        return TaskRun(
+            spec=record.spec,
+            binding=binding,
+            attempt=record.status.attempt,
+            started_at=started_at,
+            checkpoint_dir=self.checkpoints / record.spec.id,
+            resume=record.resume,
+            world_size=len(record.bindings),
+            kept_s=record.kept_s,
+        )
+
+    async def _act_on(self, store: EventStore, job_ids: list[str]) -> None:
         now = time.time()
         to_start: list[tuple[JobRecord, TaskBinding]] = []
         for job_id in job_ids:
             record = self.view.jobs.get(job_id)
             if record is None:
                 continue
-            if record.state in TERMINAL:
-                if self._mine.pop(job_id, None) is not None and record.state == "cancelled":
-                    self.runtime.stop(job_id)
-                continue
+            held = self._mine.get(job_id)
+            if held is not None and (record.state not in ACTIVE or held[0] != record.status.attempt):
+                # Cancelled, ended, or its attempt is over (requeued while this agent was cut off):
+                # nothing of that attempt may go on running here.
+                self._mine.pop(job_id, None)
+                self.runtime.stop(job_id)
             if record.state not in ACTIVE:
                 continue
-            mine = self._mine.get(job_id, set())
+            if record.status.evicting:
+                await self._evict(store, record, now)
+                continue
+            mine = self._mine.get(job_id, (0, set()))[1]
             for binding in record.bindings:
                 if binding.node not in self.names or binding.task in mine or binding.task in record.done:
                     continue
                 if binding.task in record.started:
                     # Started before this process: resume a simulated task, report a lost process.
-                    self._mine.setdefault(job_id, set()).add(binding.task)
+                    self._own(record, binding.task)
                     if isinstance(self.runtime, SimulatedRuntime):
-                        await self.runtime.start(
-                            record.spec, binding, record.started[binding.task], now, self._done
-                        )
+                        run = self._run_of(record, binding, record.started[binding.task])
+                        await self.runtime.start(run, now, self._report)
                     else:
-                        await self._done(
-                            job_id, binding.task, -1, "the process was lost when its agent restarted"
+                        lost = TaskEnd(
+                            job_id,
+                            binding.task,
+                            record.status.attempt,
+                            exit_code=-1,
+                            reason="the process was lost when its agent restarted",
                         )
+                        await self._report(lost)
                     continue
                 to_start.append((record, binding))
         for chunk_start in range(0, len(to_start), START_CHUNK):
             chunk = to_start[chunk_start : chunk_start + START_CHUNK]
             for record, binding in await self._claim(store, chunk):
-                self._mine.setdefault(record.spec.id, set()).add(binding.task)
-                pid = await self.runtime.start(record.spec, binding, now, now, self._done)
+                self._own(record, binding.task)
+                pid = await self.runtime.start(self._run_of(record, binding, now), now, self._report)
                 level = logging.INFO if pid is not None else logging.DEBUG  # simulated: thousands/s
                 log.log(level, "started %s/%d on %s pid=%s", record.spec.id, binding.task, binding.node, pid)
 
+    def _own(self, record: JobRecord, task: int) -> None:
+        _, tasks = self._mine.setdefault(record.spec.id, (record.status.attempt, set()))
+        tasks.add(task)
+
+    async def _evict(self, store: EventStore, record: JobRecord, now: float) -> None:
+        """Carry out ``EvictionStarted`` for this job's tasks on this agent's nodes, once each."""
+        eviction = record.eviction or {}
+        signal = str(eviction.get("signal", self.settings.stop_signal))
+        deadline = float(eviction.get("deadline", now))
+        job_id, attempt = record.spec.id, record.status.attempt
+        for binding in record.bindings:
+            key = (job_id, binding.task, attempt)
+            if binding.node not in self.names or binding.task in record.done or key in self._stopping:
+                continue
+            self._stopping.add(key)
+            if await self.runtime.evict(job_id, binding.task, signal, deadline):
+                log.info("evicting %s/%d (%s, SIGKILL at %.1f)", job_id, binding.task, signal, deadline)
+                continue
+            # Not running here: never started (claim its stream stopped, so it never starts), or
+            # started by a process this agent lost (it is gone: report it stopped, uncheckpointed).
+            started = record.started.get(binding.task)
+            end = TaskEnd(
+                job_id,
+                binding.task,
+                attempt,
+                reason="evicted before it started" if started is None else "lost with an earlier agent",
+                stopped=True,
+                killed=started is not None,
+                ran_s=max(0.0, now - started) if started is not None else 0.0,
+            )
+            await self._report(end, never_started=started is None)
+
     async def _claim(
-        self, store: PostgresEventStore, tasks: list[tuple[JobRecord, TaskBinding]]
+        self, store: EventStore, tasks: list[tuple[JobRecord, TaskBinding]]
     ) -> list[tuple[JobRecord, TaskBinding]]:
         """Record ``JobStarted`` for each task, exactly once: the task stream must not exist yet.
 
@@ -210,42 +317,70 @@ class Agent:
             return tasks
         except ConcurrencyError:
             if len(tasks) == 1:
-                return []  # another agent instance started it
+                return []  # another agent instance started it, or an eviction claimed it stopped
         claimed = []
         for one in tasks:
             claimed += await self._claim(store, [one])
         return claimed
 
-    async def _done(self, job_id: str, task: int, exit_code: int | None, reason: str) -> None:
-        assert self.store is not None
-        record = self.view.jobs.get(job_id)
-        if record is None or record.state in TERMINAL:
-            return
-        node = next(b.node for b in record.bindings if b.task == task)
-        attempt = record.status.attempt
-        end: JobFinished | JobFailed
-        if exit_code is None:
-            end = JobFinished(job_id=job_id, node=node, task=task, attempt=attempt)
-        else:
-            end = JobFailed(
-                job_id=job_id, node=node, task=task, attempt=attempt, exit_code=exit_code, reason=reason
+    def _end_event(self, end: TaskEnd, node: str) -> TaskStopped | JobFinished | JobFailed:
+        if end.stopped:
+            return TaskStopped(
+                job_id=end.job_id,
+                node=node,
+                task=end.task,
+                attempt=end.attempt,
+                checkpointed=end.checkpointed,
+                exit_code=end.exit_code,
+                killed=end.killed,
+                ran_s=round(end.ran_s, 3),
             )
-        data = end.model_dump(mode="json")
+        if end.exit_code is None:
+            return JobFinished(job_id=end.job_id, node=node, task=end.task, attempt=end.attempt)
+        return JobFailed(
+            job_id=end.job_id,
+            node=node,
+            task=end.task,
+            attempt=end.attempt,
+            exit_code=end.exit_code,
+            reason=end.reason,
+        )
+
+    async def _report(self, end: TaskEnd, never_started: bool = False) -> None:
+        """Append a task's end exactly once (its task stream at version 1, or none for a task
+        evicted before it started), retrying until the store takes it: the end waits in the
+        outbox meanwhile, so a restart reports it too."""
+        assert self.store is not None
+        store = self.store
+        record = self.view.jobs.get(end.job_id)
+        if record is None or record.state in TERMINAL or record.status.attempt != end.attempt:
+            self.outbox.remove(end)
+            return  # the job or this attempt is over already: nothing to report
+        node = next((b.node for b in record.bindings if b.task == end.task), "")
+        event = self._end_event(end, node)
+        data = event.model_dump(mode="json")
         # Not on the node's stream: a release only adds room, so it must not move the node's
         # version and fail a placement planned before it (the fold frees from the job's stream).
-        events = [
-            NewEvent(job_stream(job_id), end.type, data),
-            NewEvent(task_stream(job_id, task, attempt), end.type, data),
-        ]
-        expected = {job_stream(job_id): ANY_VERSION, task_stream(job_id, task, attempt): 1}
-        for _ in range(5):
-            try:
-                await self.store.append(events, expected)
-                return
-            except ConcurrencyError:
-                return  # already ended by another instance
-            except OSError:
-                await asyncio.sleep(0.5)
+        task = task_stream(end.job_id, end.task, end.attempt)
+        events = [NewEvent(job_stream(end.job_id), event.type, data), NewEvent(task, event.type, data)]
+        expected = {job_stream(end.job_id): ANY_VERSION, task: NO_STREAM if never_started else 1}
+        self.outbox.put(end)
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(OSError),
+                wait=wait_exponential(multiplier=0.2, max=5.0),
+                before_sleep=lambda state: log.warning(
+                    "reporting %s/%d: %s; retrying",
+                    end.job_id,
+                    end.task,
+                    state.outcome.exception() if state.outcome else "",
+                ),
+            ):
+                with attempt:
+                    await store.append(events, expected)
+        except ConcurrencyError:
+            pass  # already ended by another instance (or started by one, for a claim-stop)
+        self.outbox.remove(end)
 
 
 def main() -> None:

@@ -72,7 +72,8 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
         return {job for items in self.items.values() for _, job, _ in items}
 
     def done_offsets(self, view: ClusterView) -> dict[TopicPartition, int]:
-        """Per partition: the offset after the longest prefix of items whose job left 'pending'.
+        """Per partition: the offset after the longest prefix of items whose job left 'pending'
+        (an item comes from the job's ``JobAdmitted`` or, after a preemption, its ``JobPreempted``).
 
         A job the view has not folded yet is not done: the work item (from the placement topic)
         can arrive before its ``JobAdmitted`` (from the event topic); committing it then would
@@ -88,8 +89,8 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
                 job = view.jobs.get(job_id)
                 if job is None and position >= 0 and (position == 0 or view.position < position):
                     break  # not folded yet (position -1: another log's item, never ours)
-                if job is not None and job.state == "pending":
-                    break
+                if job is not None and (job.state == "pending" or view.position < position):
+                    break  # still to place, or its requeue (JobPreempted) not folded yet
                 keep += 1
             if keep:
                 offsets[tp] = items[keep - 1][0] + 1
@@ -163,7 +164,13 @@ class Worker:
         replicas as fit between their minimum and maximum."""
         profile = self.profile()
         if self._config is None or self._config.profile is not profile:
-            self._config = CycleConfig(profile, elastic=False, max_jobs=self.max_jobs)
+            self._config = CycleConfig(
+                profile,
+                elastic=False,
+                max_jobs=self.max_jobs,
+                grace_s=self.settings.preempt_grace_s,
+                min_runtime_s=self.settings.preempt_min_runtime_s,
+            )
         return self._config
 
     def preferred(self) -> BoolArray | None:

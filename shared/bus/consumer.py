@@ -145,12 +145,13 @@ class BusConsumer(Generic[T]):
                 raise ValueError("empty message")
             value = self._adapter.validate_json(record.value)
         except (ValidationError, ValueError) as exc:
-            await self._dead_letter(record, _reason(exc))
+            await self.dead_letter(record, _reason(exc))
             self.mark(record)
             return None
         return Delivery(value=value, record=record, context=tracing.extract(list(record.headers or [])))
 
-    async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str) -> None:
+    async def dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str) -> None:
+        """Put ``record`` on the dead-letter topic with ``reason`` (the caller still marks it)."""
         self.dead_lettered += 1
         if self._dead_letters is None:
             return

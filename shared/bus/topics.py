@@ -48,6 +48,11 @@ class TopicNames:
     def placement(self) -> str:
         return f"{self.prefix}.placement"
 
+    @property
+    def heartbeats(self) -> str:
+        """Agents' lease renewals (``NodeHeartbeat``); one partition: the one reader reads all."""
+        return f"{self.prefix}.heartbeats"
+
 
 def topic_layout(partitions: int, names: TopicNames | None = None) -> dict[str, int]:
     n = names or TopicNames()
@@ -57,6 +62,7 @@ def topic_layout(partitions: int, names: TopicNames | None = None) -> dict[str, 
         n.deadletter: 1,
         n.telemetry: partitions,
         n.placement: partitions,
+        n.heartbeats: 1,
     }
 
 

@@ -275,6 +275,52 @@ def submit(
             raise typer.Exit(1)
 
 
+def _node_command(node: str, drain: bool, reason: str, wait: float) -> None:
+    import asyncio
+    import time
+
+    from schemas import DrainNode, UncordonNode
+    from shared.cli import stack
+
+    command = DrainNode(node=node, reason=reason) if drain else UncordonNode(node=node)
+    asyncio.run(stack.send_command(command))
+    console.print(f"{'drain' if drain else 'uncordon'} of {node} sent")
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        view, _ = asyncio.run(stack.read_view())
+        c = view.condition(node)
+        if drain and c.drained:
+            console.print(f"{node} drained: nothing runs there, nothing new goes there")
+            return
+        if not drain and not c.cordoned:
+            console.print(f"{node} takes work again")
+            return
+        time.sleep(1.0)
+    if wait:
+        console.print(f"[yellow]{node} not there yet after {wait:g} s (see tessera status)[/yellow]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def drain(
+    node: Annotated[str, typer.Argument(help="node name as registered")],
+    reason: Annotated[str, typer.Option(help="recorded with the NodeCordoned event")] = "",
+    wait: Annotated[float, typer.Option(help="seconds to wait for NodeDrained (0: do not wait)")] = 120.0,
+) -> None:
+    """Cordon NODE and evict its jobs with the checkpoint protocol (they are requeued); ends
+    with NodeDrained once nothing runs there."""
+    _node_command(node, True, reason, wait)
+
+
+@app.command()
+def uncordon(
+    node: Annotated[str, typer.Argument(help="node name as registered")],
+    wait: Annotated[float, typer.Option(help="seconds to wait until it takes work (0: do not wait)")] = 30.0,
+) -> None:
+    """Let a cordoned or drained NODE take work again."""
+    _node_command(node, False, "", wait)
+
+
 @app.command()
 def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list")] = 15) -> None:
     """Nodes, queues and jobs as the event store has them."""
@@ -309,6 +355,12 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
                 f"{cpu_used:.1f}",
             )
     console.print(nodes)
+    unusual = {n: c for n, c in sorted(view.conditions.items()) if not c.schedulable}
+    for name, c in unusual.items():
+        what = (
+            "NotReady" if not c.ready else ("drained" if c.drained else "draining" if c.drain else "cordoned")
+        )
+        console.print(f"[yellow]node {name}: {what}[/yellow]")
     console.print(queue_table(view))
     recent = Table(title=f"latest {jobs} jobs ({len(view.jobs)} admitted, {len(rejections)} rejected)")
     for col in ("job", "tenant", "queue", "state", "nodes"):

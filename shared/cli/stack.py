@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from schemas import ApplyQueues, JobSpec, SubmitJob
+from schemas import ApplyQueues, DrainNode, JobSpec, SubmitJob, UncordonNode
 from schemas.queues import QueueTreeSpec
 from shared.bus import BusProducer, ensure_topics
 from shared.eventstore.postgres import PostgresEventStore
@@ -39,6 +39,7 @@ def service_commands(
     commands = {
         "relay": [py, "-m", "shared.eventstore.relay"],
         "admission": [py, "-m", "services.admission.app"],
+        "preemption": [py, "-m", "services.preemption.app"],
     }
     for i in range(1, workers + 1):
         commands[f"placement-{i}"] = [
@@ -185,6 +186,14 @@ async def submit(
             if on_sent is not None:
                 on_sent(1)
     return sent
+
+
+async def send_command(command: DrainNode | UncordonNode, settings: Settings | None = None) -> None:
+    """Produce a node command (admission turns it into ``NodeCordoned`` / ``NodeUncordoned``)."""
+    settings = settings or Settings()
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=settings.topics)
+    async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
+        await producer.send_model(settings.topics.submissions, command, key=f"node-{command.node}")
 
 
 async def apply_queues(tree: QueueTreeSpec, settings: Settings | None = None) -> None:

@@ -71,6 +71,9 @@ class ClusterState:
         self.mem_free: IntArray = self.mem_cap.copy()
         self.gpu_free: IntArray = self.gpu_cap.copy()
         self.affinity: IntArray = np.zeros((n, affinity_columns(self.max_gpus)), dtype=np.int64)
+        # Nodes that may take new work: False while a node is cordoned (drain) or NotReady (its
+        # agent's lease expired).  What runs there keeps its resources until it is evicted.
+        self.schedulable: BoolArray = np.ones(n, dtype=np.bool_)
         # Digests from the start, not zeros: nodes of different sizes must never share one.
         self.version: IntArray = np.array([self._digest(i) for i in range(n)], dtype=np.int64)
 
@@ -108,6 +111,7 @@ class ClusterState:
         other.gpu_free = self.gpu_free.copy()
         other.affinity = self.affinity.copy()
         other.version = self.version.copy()
+        other.schedulable = self.schedulable.copy()
         return other
 
     def model_mask(self, models: tuple[str, ...]) -> BoolArray:

@@ -8,16 +8,22 @@ simulator all call it, so they can never disagree about what a log means.
 
     JobAdmitted ─► pending ──JobPlaced──► placed ──JobStarted──► running
                       ▲                     │  └──────┬───────────────┘
-                      │                     │  PreemptionRequested
+                      │                     │  PreemptionRequested | EvictionStarted
                       │                     ▼         ▼
                       └──JobPreempted── preempting   (tasks end) ─► finished | failed
+                                            │ PreemptionAbandoned (before EvictionStarted)
+                                            └──► placed | running
     any non-terminal ──JobCancelled──► cancelled
 
-* Task events (``JobStarted``, ``JobFinished``, ``JobFailed``) name a task and the attempt they
-  belong to; events of an earlier attempt (a preempted run's late reports) change nothing.
+* Task events (``JobStarted``, ``JobFinished``, ``JobFailed``, ``TaskStopped``) name a task and
+  the attempt they belong to; events of an earlier attempt (a preempted run's late reports) change nothing.
 * A job ends when every task of its current placement has ended: ``failed`` if any failed.
-* ``JobPreempted`` sends the job back to ``pending`` with ``attempt + 1``: its next placement is
-  a new attempt, with task streams of its own.
+* ``PreemptionRequested`` (a placement worker's) marks the job as leaving; the preemption
+  service either abandons it (the job runs on) or starts the eviction (``EvictionStarted``, also
+  the first step of a drain or of a lost node's requeue), after which there is no way back: the
+  tasks stop (``TaskStopped``, the job stays ``preempting``) and ``JobPreempted`` of that attempt
+  sends the job back to ``pending`` with ``attempt + 1``: its next placement is a new attempt,
+  with task streams of its own.
 * Events that do not apply to the phase (a second ``JobPlaced``, a start after the end, a
   cancel of an ended job) leave the status unchanged: the log is the truth, and a late or
   duplicate fact is harmless.
@@ -45,7 +51,7 @@ TERMINAL: frozenset[str] = frozenset({Phase.FINISHED, Phase.FAILED, Phase.CANCEL
 ACTIVE: frozenset[str] = frozenset({Phase.PLACED, Phase.RUNNING, Phase.PREEMPTING})
 """Phases that hold resources."""
 
-TASK_EVENTS: frozenset[str] = frozenset({"JobStarted", "JobFinished", "JobFailed"})
+TASK_EVENTS: frozenset[str] = frozenset({"JobStarted", "JobFinished", "JobFailed", "TaskStopped"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,8 @@ class JobStatus:
     started: frozenset[int] = frozenset()
     finished: frozenset[int] = frozenset()
     failed: frozenset[int] = frozenset()
+    stopped: frozenset[int] = frozenset()  # tasks of an evicted attempt that have stopped
+    evicting: bool = False  # EvictionStarted for this attempt: it will be preempted, no way back
 
     @property
     def terminal(self) -> bool:
@@ -67,7 +75,11 @@ class JobStatus:
         return self.phase in ACTIVE
 
     def ended(self, task: int) -> bool:
-        return task in self.finished or task in self.failed
+        return task in self.finished or task in self.failed or task in self.stopped
+
+    @property
+    def all_ended(self) -> bool:
+        return len(self.finished) + len(self.failed) + len(self.stopped) >= self.tasks
 
 
 ADMITTED = JobStatus()
@@ -92,11 +104,13 @@ def evolve(status: JobStatus | None, event_type: str, data: Mapping[str, Any]) -
             return status
         if event_type == "JobFinished":
             status = replace(status, finished=status.finished | {task})
-        else:
+        elif event_type == "JobFailed":
             status = replace(status, failed=status.failed | {task})
-        if len(status.finished) + len(status.failed) >= status.tasks:
+        else:
+            status = replace(status, stopped=status.stopped | {task})
+        if status.all_ended and not status.stopped:
             return replace(status, phase=Phase.FAILED if status.failed else Phase.FINISHED)
-        return status
+        return status  # an evicted attempt ends with JobPreempted, not here
     if event_type == "JobPlaced":
         if status.phase != Phase.PENDING:
             return status
@@ -107,6 +121,8 @@ def evolve(status: JobStatus | None, event_type: str, data: Mapping[str, Any]) -
             started=frozenset(),
             finished=frozenset(),
             failed=frozenset(),
+            stopped=frozenset(),
+            evicting=False,
         )
     if event_type == "JobCancelled":
         return replace(status, phase=Phase.CANCELLED)
@@ -114,8 +130,23 @@ def evolve(status: JobStatus | None, event_type: str, data: Mapping[str, Any]) -
         if status.phase in (Phase.PLACED, Phase.RUNNING):
             return replace(status, phase=Phase.PREEMPTING)
         return status
-    if event_type == "JobPreempted":
-        if status.phase not in ACTIVE:
+    if event_type == "EvictionStarted":
+        if status.phase not in ACTIVE or status.evicting or _other_attempt(status, data):
             return status
-        return JobStatus(attempt=status.attempt + 1, preemptions=status.preemptions + 1)
+        return replace(status, phase=Phase.PREEMPTING, evicting=True)
+    if event_type == "PreemptionAbandoned":
+        if status.phase != Phase.PREEMPTING or status.evicting or _other_attempt(status, data):
+            return status
+        return replace(status, phase=Phase.RUNNING if status.started else Phase.PLACED)
+    if event_type == "JobPreempted":
+        if status.phase not in ACTIVE or _other_attempt(status, data):
+            return status
+        # A drain or a lost node is not the job's doing: only a preemptor's eviction counts
+        # against ``max_preemptions``.
+        counted = 1 if data.get("by_job") else 0
+        return JobStatus(attempt=status.attempt + 1, preemptions=status.preemptions + counted)
     return status  # reservations, resizes of nothing, unknown types: no phase change
+
+
+def _other_attempt(status: JobStatus, data: Mapping[str, Any]) -> bool:
+    return "attempt" in data and int(data["attempt"]) != status.attempt

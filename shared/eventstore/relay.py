@@ -1,8 +1,8 @@
 """The relay: publishes every committed event to ``tessera.events``, in log order, keyed by stream.
 
-Every ``JobAdmitted`` is also written to ``tessera.placement`` (keyed by job id), the work topic
-the placement workers share as a consumer group; being derived from the log, no admitted job can
-miss its work item.
+Every ``JobAdmitted`` and every ``JobPreempted`` (the job is pending again) is also written to
+``tessera.placement`` (keyed by job id), the work topic the placement workers share as a consumer
+group; being derived from the log, no admitted or requeued job can miss its work item.
 
 It reads ``position > cursor`` (safe because appends commit in position order, see
 ``postgres.py``), sends the batch and waits for the broker's acknowledgement, and records the
@@ -51,6 +51,10 @@ def headers_of(event: Envelope, log_id: str = "") -> tracing.Headers:
     return headers
 
 
+WORK_EVENTS = frozenset({"JobAdmitted", "JobPreempted"})
+"""Events after which a job is pending and some placement worker must own it."""
+
+
 class Relay:
     def __init__(
         self,
@@ -84,7 +88,7 @@ class Relay:
             work = [
                 (e.stream.removeprefix("job-"), body, headers)
                 for e, (_, body, headers) in zip(events, log, strict=True)
-                if e.type == "JobAdmitted"
+                if e.type in WORK_EVENTS
             ]
             if work:  # in parallel: a worker holds a work item until its job is folded from the log
                 sends.append(self.producer.send_many(self.work_topic, work))

@@ -10,6 +10,7 @@ which placement sends back as its expected versions.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -31,7 +32,17 @@ from shared.core.task import TaskShape
 from shared.eventstore.port import RecordedEvent
 from shared.state.wire import core_job, node_spec, task_shape
 
-__all__ = ["ACTIVE", "TERMINAL", "ClusterView", "JobRecord", "JobState", "digest", "fold", "job_state"]
+__all__ = [
+    "ACTIVE",
+    "TERMINAL",
+    "ClusterView",
+    "JobRecord",
+    "JobState",
+    "NodeCondition",
+    "digest",
+    "fold",
+    "job_state",
+]
 
 JobState = Literal["pending", "placed", "running", "preempting", "finished", "failed", "cancelled"]
 
@@ -53,6 +64,11 @@ class JobRecord:
     reservation: dict[str, Any] | None = None  # the last JobReserved's body, until released or placed
     backoff_until: float = 0.0
     preempted_by: str = ""
+    request: dict[str, Any] | None = None  # the current attempt's PreemptionRequested body
+    eviction: dict[str, Any] | None = None  # the current attempt's EvictionStarted body
+    stops: dict[int, dict[str, Any]] = field(default_factory=dict)  # task -> its TaskStopped body
+    resume: bool = False  # the last attempt ended checkpointed: the next one resumes from it
+    kept_s: float = 0.0  # run time kept in checkpoints across attempts (simulated agents resume there)
 
     @property
     def state(self) -> JobState:
@@ -61,6 +77,31 @@ class JobRecord:
     @property
     def shape(self) -> TaskShape:
         return task_shape(self.spec)
+
+    def nodes(self) -> set[str]:
+        """Nodes the current placement binds."""
+        return {b.node for b in self.bindings}
+
+
+@dataclass
+class NodeCondition:
+    """What the log says of a node beyond its inventory (``NodeCordoned`` ... ``NodeReady``)."""
+
+    ready: bool = True
+    cordoned: bool = False
+    drain: bool = False  # cordoned to be emptied (``tessera drain``): its jobs are evicted
+    drained: bool = False  # NodeDrained since the last cordon
+    since: float = 0.0  # epoch seconds of the last change
+    last_heartbeat: float = 0.0  # from NodeNotReady: when its agent was last heard
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.cordoned
+
+
+NODE_CONDITION_EVENTS = frozenset(
+    {"NodeCordoned", "NodeUncordoned", "NodeNotReady", "NodeReady", "NodeDrained"}
+)
 
 
 class ClusterView:
@@ -83,6 +124,7 @@ class ClusterView:
         self._changed: dict[str, None] = {}  # jobs touched since the last drain_changed()
         self._ahead: set[int] = set()  # positions above ``position`` folded early (apply_ahead)
         self.queues: QueueTreeSpec | None = None  # the last QueuesApplied (None: none applied)
+        self.conditions: dict[str, NodeCondition] = {}  # nodes cordoned or NotReady, ever
         self.estimator = RuntimeEstimator()  # run times of finished jobs, for backfill
 
     # -- folding ----------------------------------------------------------------------------
@@ -90,7 +132,11 @@ class ClusterView:
     def needs_body(stream: str, event_type: str) -> bool:
         """Whether folding this event reads its body.  Every other event (the copies of a job's
         events on node and task streams) only moves its stream's version: :meth:`advance`."""
-        return stream.startswith("job-") or event_type in ("NodeRegistered", "QueuesApplied")
+        return (
+            stream.startswith("job-")
+            or event_type in ("NodeRegistered", "QueuesApplied")
+            or event_type in NODE_CONDITION_EVENTS
+        )
 
     def apply(self, event: RecordedEvent) -> bool:
         """Fold one event; False when it was already folded (duplicate, replayed, or ahead)."""
@@ -144,6 +190,30 @@ class ClusterView:
             self._register(NodeRegistered.model_validate(event.data).inventory)
         elif event.type == "QueuesApplied":
             self.queues = QueuesApplied.model_validate(event.data).tree
+        elif event.type in NODE_CONDITION_EVENTS:
+            self._condition(event)
+
+    def _condition(self, event: RecordedEvent) -> None:
+        node = str(event.data["node"])
+        c = self.conditions.setdefault(node, NodeCondition())
+        kind = event.type
+        if kind == "NodeCordoned":
+            c.cordoned, c.drain, c.drained = True, bool(event.data.get("drain", True)), False
+        elif kind == "NodeUncordoned":
+            c.cordoned = c.drain = c.drained = False
+        elif kind == "NodeNotReady":
+            c.ready, c.last_heartbeat = False, float(event.data.get("last_heartbeat", 0.0))
+        elif kind == "NodeReady":
+            c.ready = True
+        elif kind == "NodeDrained":
+            c.drained = True
+        c.since = event.recorded_at.timestamp()
+        cluster = self._cluster
+        if cluster is not None and not self._stale and node in cluster.index:
+            cluster.schedulable[cluster.index[node]] = c.schedulable
+
+    def condition(self, node: str) -> NodeCondition:
+        return self.conditions.get(node) or NodeCondition()
 
     def apply_all(self, events: Iterable[RecordedEvent]) -> int:
         return sum(self.apply(e) for e in events)
@@ -184,6 +254,10 @@ class ClusterView:
             task = int(data.get("task", 0))
             if kind == "JobStarted":
                 record.started[task] = event.recorded_at.timestamp()
+            elif kind == "TaskStopped":
+                record.done[task] = "stopped"
+                record.stops[task] = dict(data)
+                self._release(job_id, task)
             else:
                 record.done[task] = "finished" if kind == "JobFinished" else "failed"
                 self._release(job_id, task)
@@ -210,10 +284,24 @@ class ClusterView:
             record.reservation = None
         elif kind == "PreemptionRequested":
             record.preempted_by = str(data.get("by_job", ""))
+            record.request = dict(data)
+            self._move(job_id, record, after.phase.value)
+        elif kind == "EvictionStarted":
+            record.eviction = dict(data)
+            record.preempted_by = str(data.get("by_job", ""))
+            self._move(job_id, record, after.phase.value)
+        elif kind == "PreemptionAbandoned":
+            record.preempted_by = ""
+            record.request = None
             self._move(job_id, record, after.phase.value)
         elif kind == "JobPreempted":
-            self._end_attempt(job_id, record, event.recorded_at.timestamp())
-            record.queued_time = event.recorded_at.timestamp()
+            now = event.recorded_at.timestamp()
+            checkpointed = bool(data.get("checkpointed", False))
+            if checkpointed and record.started:
+                record.kept_s += max(0.0, now - min(record.started.values()))
+            record.resume = record.resume or checkpointed  # an older checkpoint is still there
+            self._end_attempt(job_id, record, now)
+            record.queued_time = now
             self._move(job_id, record, "pending")
         elif kind == "JobCancelled":
             self._end_attempt(job_id, record, event.recorded_at.timestamp())
@@ -226,13 +314,15 @@ class ClusterView:
             record.attained_gpu_s += max(0.0, now - start) * gpus
         for b in record.bindings:
             self._release(job_id, b.task)
-        record.bindings, record.started, record.done = [], {}, {}
+        record.bindings, record.started, record.done, record.stops = [], {}, {}, {}
         record.placed_at = None
         record.preempted_by = ""
+        record.request = record.eviction = None
 
     def _bind(self, job_id: str, record: JobRecord, placed: JobPlaced, position: int) -> None:
         record.bindings = list(placed.bindings)
-        record.started, record.done = {}, {}
+        record.started, record.done, record.stops = {}, {}, {}
+        record.eviction = None
         self._move(job_id, record, "placed")
         record.placed_at = position
         cluster = self._ensure_cluster()
@@ -282,6 +372,9 @@ class ClusterView:
         offset = self.rotation % len(names)
         specs = [node_spec(self.inventories[name]) for name in names[offset:] + names[:offset]]
         cluster = ClusterState(specs)
+        for node, c in self.conditions.items():
+            if node in cluster.index:
+                cluster.schedulable[cluster.index[node]] = c.schedulable
         held = {}
         for key, p in self._held.items():
             name = self._cluster.names[p.node] if self._cluster is not None else None
@@ -337,11 +430,12 @@ class ClusterView:
                 {n: cluster.free_state(i) for i, n in enumerate(cluster.names)} if cluster is not None else {}
             ),
             "jobs": {k: (j.state, [b.node for b in j.bindings]) for k, j in sorted(self.jobs.items())},
+            "conditions": {n: dataclasses.asdict(c) for n, c in sorted(self.conditions.items())},
         }
 
 
 SNAPSHOT_NAME = "cluster-view"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 
 
 def to_snapshot(view: ClusterView) -> dict[str, Any]:
@@ -368,9 +462,15 @@ def to_snapshot(view: ClusterView) -> dict[str, Any]:
                 "reservation": r.reservation,
                 "backoff_until": r.backoff_until,
                 "preempted_by": r.preempted_by,
+                "request": r.request,
+                "eviction": r.eviction,
+                "stops": {str(k): v for k, v in r.stops.items()},
+                "resume": r.resume,
+                "kept_s": r.kept_s,
             }
             for job_id, r in view.jobs.items()
         },
+        "conditions": {n: dataclasses.asdict(c) for n, c in view.conditions.items()},
         "queues": view.queues.model_dump(mode="json", by_alias=True) if view.queues is not None else None,
         "estimator": view.estimator.to_json(),
     }
@@ -385,6 +485,8 @@ def _status_json(status: JobStatus) -> dict[str, Any]:
         "started": sorted(status.started),
         "finished": sorted(status.finished),
         "failed": sorted(status.failed),
+        "stopped": sorted(status.stopped),
+        "evicting": status.evicting,
     }
 
 
@@ -397,6 +499,8 @@ def _status_from(raw: Mapping[str, Any]) -> JobStatus:
         started=frozenset(raw["started"]),
         finished=frozenset(raw["finished"]),
         failed=frozenset(raw["failed"]),
+        stopped=frozenset(raw["stopped"]),
+        evicting=bool(raw["evicting"]),
     )
 
 
@@ -410,6 +514,7 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
     for raw in body["inventories"]:
         inventory = NodeInventory.model_validate(raw)
         view.inventories[inventory.name] = inventory
+    view.conditions = {n: NodeCondition(**c) for n, c in body["conditions"].items()}
     view._stale = True
     if body.get("queues") is not None:
         view.queues = QueueTreeSpec.model_validate(body["queues"])
@@ -431,6 +536,11 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
             reservation=raw["reservation"],
             backoff_until=float(raw["backoff_until"]),
             preempted_by=str(raw["preempted_by"]),
+            request=raw["request"],
+            eviction=raw["eviction"],
+            stops={int(k): dict(v) for k, v in raw["stops"].items()},
+            resume=bool(raw["resume"]),
+            kept_s=float(raw["kept_s"]),
         )
         view.jobs[job_id] = record
         view._index(job_id, record.state)

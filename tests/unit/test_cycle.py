@@ -298,3 +298,20 @@ def test_placements_are_always_in_the_callers_node_indices() -> None:
     result = cycle(Snapshot(c, [job("j", replicas=2)]))
     for p in result.placed["j"]:
         assert isinstance(p, Placement) and c.fits(p.node, p.task, p.gpus)
+
+
+def test_a_node_that_is_not_schedulable_gets_no_new_work_nor_a_preemptor() -> None:
+    c = cluster(node("a", gpus=2), node("b", gpus=2))
+    c.schedulable[0] = False  # cordoned or NotReady
+    result = cycle(Snapshot(c, [job("x", gpus=1), job("y", gpus=1), job("z", gpus=1)]))
+    assert {p.node for ps in result.placed.values() for p in ps} == {1}
+    assert len(result.placed) == 2 and "z" in result.unschedulable
+    # A preemptor never evicts on a node it may not use, even when the victims there are cheaper.
+    c2 = cluster(node("a", gpus=2), node("b", gpus=2))
+    cheap = job("cheap", gpus=2, priority=-100, checkpointable=True)
+    dear = job("dear", gpus=2, priority=0)
+    hold = [running(c2, cheap, [(0, (0, 1))]), running(c2, dear, [(1, (0, 1))])]
+    c2.schedulable[0] = False
+    result = cycle(Snapshot(c2, [job("high", gpus=2, priority=100)], hold), now=5000.0)
+    assert [p.victim for p in result.of(Preempt)] == ["dear"]
+    assert result.reservations["high"].nodes == (1,)

@@ -135,3 +135,13 @@ def test_a_queue_tree_whose_guarantees_could_never_be_honoured_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match=words):
         QueueTreeSpec.model_validate({"queues": [queue]})
+
+
+def test_a_spec_with_a_priority_class_reads_back_the_same_from_its_json() -> None:
+    from schemas import SubmitJob
+    from schemas.commands import CommandAdapter
+
+    spec = JobSpec.model_validate({"id": "a", "tenant": "t", "priority-class": "best-effort"})
+    assert spec.priority == -100
+    again = CommandAdapter.validate_json(SubmitJob(spec=spec).model_dump_json(by_alias=True))
+    assert isinstance(again, SubmitJob) and again.spec == spec

@@ -96,7 +96,7 @@ def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Statu
     if not ctx.within_max(job, job.fewest):
         ctx.refuse(job, QUEUE_MAX)
         return
-    open_nodes = ctx.open_to(job) if ctx.reservations else None
+    open_nodes = ctx.restriction(job)
     placements, status = place_replicas(ctx, job, job.fewest, job.replicas, open_nodes)
     if status is None:
         ctx.record_place(job, placements)

@@ -60,7 +60,7 @@ def _grow(ctx: CycleContext) -> None:
     for _, _, job, have in growing:
         if not ctx.actionable(job):
             continue
-        allowed = ctx.open_to(job) if ctx.reservations else None
+        allowed = ctx.restriction(job)
         added = []
         for _ in range(have, job.replicas):
             if not ctx.within_max(job, 1):

@@ -76,6 +76,7 @@ class CycleContext:
         self._reserved_by = np.full(self.cluster.size, -1, dtype=np.int64)
         self._reservation_ids: list[str] = []
         self._rebuild_reserved()
+        self._all_schedulable = bool(self.cluster.schedulable.all())
 
     # -- queue bookkeeping -------------------------------------------------------------------
     def queue_of(self, job: Job) -> str:
@@ -181,7 +182,16 @@ class CycleContext:
                 r = self.reservations[rid]
                 if not r.preemption and r.expected_start >= backfill_end:
                     mask = mask | (self._reserved_by == k)
+        if not self._all_schedulable:
+            mask = mask & self.cluster.schedulable  # cordoned and NotReady nodes take nothing new
         return mask
+
+    def restriction(self, job: Job) -> BoolArray | None:
+        """:meth:`open_to`, or None when nothing restricts ``job`` (no reservation held, every
+        node schedulable): the common case skips building the mask."""
+        if not self.reservations and self._all_schedulable:
+            return None
+        return self.open_to(job)
 
     def hold(self, reservation: Reservation) -> None:
         known = self.reservations.get(reservation.job)

@@ -1,0 +1,141 @@
+"""Preemption service: carries out evictions (preemption, drain, lost nodes) and keeps node leases.
+
+It folds the event log like every service and reads the agents' heartbeats from
+``tessera.heartbeats``; each time the view moves (or every ``TICK_S``, since leases and deadlines
+expire on their own) it asks :func:`services.preemption.handlers.decide` what is due and appends
+each step with the versions it read.  It holds no state of its own: a restarted service folds the
+log again and every eviction in flight resumes where the log says it is (a step another instance
+or an earlier life already took fails its expected version and is skipped).
+
+Until it has heard from a node, the service counts the node as heard at its own start: a restart
+of the service does not declare every node lost.
+
+Run: ``python -m services.preemption.app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from schemas.node import NodeHeartbeat
+from services.preemption.handlers import Knobs, decide
+from shared.bus import ensure_topics
+from shared.eventstore import ConcurrencyError
+from shared.eventstore.postgres import PostgresEventStore
+from shared.service import run_service
+from shared.settings import Settings
+from shared.state.fold import ClusterView
+from shared.state.follow import catch_up, follow_log, restore
+from shared.state.readiness import mark_ready
+
+log = logging.getLogger("tessera.preemption")
+TICK_S = 0.25
+
+
+class Leases:
+    """When each node's agent was last heard, on this process's clock."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since  # nodes not heard yet count as heard at the service's start
+        self.heard: dict[str, float] = {}
+
+    def renew(self, beat: NodeHeartbeat, at: float) -> None:
+        for node in beat.nodes:
+            self.heard[node] = at
+
+    def of(self, nodes: list[str]) -> dict[str, float]:
+        return {n: self.heard.get(n, self.since) for n in nodes}
+
+
+def knobs(settings: Settings) -> Knobs:
+    return Knobs(
+        lease_s=settings.lease_s,
+        requeue_after_s=settings.requeue_after_s,
+        stop_report_s=settings.stop_report_s,
+        grace_s=settings.preempt_grace_s,
+        signal=settings.stop_signal,
+    )
+
+
+async def listen(settings: Settings, leases: Leases, stop: asyncio.Event) -> None:
+    """Renew leases from the heartbeat topic, from its end (old beats say nothing of now)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None)
+    await consumer.start()
+    try:
+        tp = TopicPartition(settings.topics.heartbeats, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200, max_records=1000)
+            now = time.time()
+            for records in batch.values():
+                for record in records:
+                    try:
+                        leases.renew(NodeHeartbeat.model_validate_json(record.value or b""), now)
+                    except ValidationError:
+                        log.warning("not a heartbeat at offset %d", record.offset)
+    finally:
+        await consumer.stop()
+
+
+async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs) -> int:
+    """Append every step due now; returns how many were taken."""
+    taken = 0
+    for step in decide(view, time.time(), leases.of(list(view.inventories)), k):
+        try:
+            recorded = await store.append(step.events, step.expected)
+        except ConcurrencyError:
+            log.debug("skipped (the stream moved): %s", step.what)
+            continue
+        view.apply_ahead(recorded)  # the next decide sees it at once
+        taken += 1
+        log.info("%s", step.what)
+    return taken
+
+
+async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
+    settings = settings or Settings()
+    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=settings.topics)
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    leases = Leases(time.time())
+    restored_at = time.time()
+    view = await restore(store)
+    follower = await follow_log(view, store, settings, restored_at)
+    tasks = [
+        asyncio.create_task(follower.run(stop)),
+        asyncio.create_task(listen(settings, leases, stop)),
+    ]
+    mark_ready(os.environ.get("TESSERA_SERVICE_NAME", "preemption"))
+    k = knobs(settings)
+    try:
+        while not stop.is_set():
+            follower.changed.clear()
+            try:
+                if await act(store, view, leases, k):
+                    continue  # look again at once: one step often makes the next one due
+            except OSError:
+                log.exception("event store unreachable; retrying")
+                await asyncio.sleep(1.0)
+                await catch_up(view, store)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(follower.changed.wait(), TICK_S)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await store.close()
+
+
+def main() -> None:
+    run_service(run)
+
+
+if __name__ == "__main__":
+    main()

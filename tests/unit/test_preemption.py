@@ -1,0 +1,207 @@
+"""The preemption service's decisions and the eviction's path through the job state machine.
+
+A small log is folded into a view; ``decide`` says what to append next; appending its steps
+(folded back) walks a preemption, a drain and a lost node to their ends, as the live service does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas import JobSpec
+from schemas.events import (
+    JobAdmitted,
+    JobPlaced,
+    JobStarted,
+    NodeCordoned,
+    NodeRegistered,
+    PreemptionRequested,
+    TaskBinding,
+    TaskStopped,
+)
+from schemas.node import GpuDevice, NodeInventory
+from services.preemption.handlers import Knobs, Step, decide
+from shared.core.lifecycle import Phase
+from shared.eventstore.port import RecordedEvent
+from shared.state.fold import ClusterView, from_snapshot, to_snapshot
+
+T0 = 1_000_000.0
+KNOBS = Knobs(lease_s=30, requeue_after_s=30, stop_report_s=10, grace_s=20)
+
+
+class Log:
+    """Events appended in order, folded into one view as they come."""
+
+    def __init__(self) -> None:
+        self.view = ClusterView()
+        self.versions: dict[str, int] = {}
+        self.position = 0
+        self.clock = T0
+
+    def add(self, stream: str, event: Any) -> None:
+        data = event.model_dump(mode="json", by_alias=True)
+        self.append_raw(stream, data)
+
+    def append_raw(self, stream: str, data: Mapping[str, Any]) -> None:
+        self.position += 1
+        self.versions[stream] = self.versions.get(stream, 0) + 1
+        at = datetime.fromtimestamp(self.clock, UTC)
+        self.view.apply(
+            RecordedEvent(self.position, stream, self.versions[stream], data["type"], data, {}, at)
+        )
+
+    def take(self, steps: list[Step]) -> None:
+        """Append the steps whose expected versions still hold (as the store would)."""
+        for step in steps:
+            if all(self.versions.get(s, 0) == v for s, v in step.expected.items()):
+                for e in step.events:
+                    self.append_raw(e.stream, e.data)
+
+
+def _cluster(log: Log) -> None:
+    for n in ("a", "b"):
+        gpus = [GpuDevice(index=i, model="T4") for i in range(2)]
+        log.add(
+            f"node-{n}", NodeRegistered(inventory=NodeInventory(name=n, cpu="8", memory="16Gi", gpus=gpus))
+        )
+
+
+def _run(
+    log: Log, job: str, node: str, gpus: int = 2, checkpointable: bool = True, priority: int = -100
+) -> None:
+    spec = JobSpec.model_validate(
+        {
+            "id": job,
+            "tenant": "t",
+            "priority": priority,
+            "checkpointable": checkpointable,
+            "resources": {"cpu": "1", "nvidia.com/gpu": gpus},
+        }
+    )
+    log.add(f"job-{job}", JobAdmitted(spec=spec))
+    binding = TaskBinding(
+        task=0, node=node, gpus=list(range(gpus)), gpu_milli=1000, cpu_milli=1000, memory_mib=1024
+    )
+    log.add(f"job-{job}", JobPlaced(job_id=job, bindings=[binding], policy="tessera", node_versions={}))
+    log.add(f"job-{job}", JobStarted(job_id=job, node=node))
+
+
+def _heard(log: Log, at: float) -> dict[str, float]:
+    return {n: at for n in log.view.inventories}
+
+
+def _types(steps: list[Step]) -> list[str]:
+    return [e.type for s in steps for e in s.events]
+
+
+def test_a_requested_preemption_is_evicted_once_stopped_then_requeued_with_its_checkpoint() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "victim", "a")
+    high = JobSpec.model_validate(
+        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 2}}
+    )
+    log.add("job-high", JobAdmitted(spec=high))
+    log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=20, reason="priority"))
+    steps = decide(log.view, T0, _heard(log, T0), KNOBS)
+    assert _types(steps) == ["EvictionStarted"]
+    assert steps[0].events[0].data["deadline"] == T0 + 20
+    log.take(steps)
+    victim = log.view.jobs["victim"]
+    assert victim.status.evicting and victim.state == "preempting"
+    # The eviction is not taken twice, and nothing more happens until the task has stopped.
+    assert decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS) == []
+    log.add(
+        "job-victim",
+        TaskStopped(job_id="victim", node="a", checkpointed=True, ran_s=700.0),
+    )
+    assert log.view.cluster is not None and log.view.cluster.gpu_free[0].sum() == 2000  # room freed
+    steps = decide(log.view, T0 + 2, _heard(log, T0 + 2), KNOBS)
+    assert _types(steps) == ["JobPreempted"]
+    assert steps[0].events[0].data["checkpointed"] and steps[0].events[0].data["work_lost_s"] == 0.0
+    log.take(steps)
+    victim = log.view.jobs["victim"]
+    assert victim.state == "pending" and victim.status.attempt == 1 and victim.resume
+    assert victim.status.preemptions == 1
+
+
+def test_a_preemption_whose_preemptor_no_longer_waits_is_abandoned_and_the_victim_runs_on() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "victim", "a")
+    _run(log, "high", "b", priority=100)  # placed elsewhere meanwhile
+    log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=20))
+    steps = decide(log.view, T0, _heard(log, T0), KNOBS)
+    assert _types(steps) == ["PreemptionAbandoned"]
+    log.take(steps)
+    assert log.view.jobs["victim"].state == "running"
+
+
+def test_a_drain_evicts_the_nodes_jobs_and_ends_with_node_drained() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "on-a", "a", checkpointable=False)
+    _run(log, "on-b", "b")
+    log.add("node-a", NodeCordoned(node="a", reason="maintenance"))
+    assert log.view.cluster is not None and not log.view.cluster.schedulable[0]
+    steps = decide(log.view, T0, _heard(log, T0), KNOBS)
+    assert _types(steps) == ["EvictionStarted"]
+    assert steps[0].events[0].data["job_id"] == "on-a" and steps[0].events[0].data["grace_s"] == 0.0
+    log.take(steps)
+    log.add("job-on-a", TaskStopped(job_id="on-a", node="a", killed=True, ran_s=50.0))
+    steps = decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS)
+    assert _types(steps) == ["JobPreempted"]
+    assert steps[0].events[0].data["work_lost_s"] == 50.0 and not steps[0].events[0].data["checkpointed"]
+    log.take(steps)
+    assert log.view.jobs["on-a"].status.preemptions == 0  # a drain is not the job's doing
+    steps = decide(log.view, T0 + 2, _heard(log, T0 + 2), KNOBS)
+    assert _types(steps) == ["NodeDrained"]
+    log.take(steps)
+    assert decide(log.view, T0 + 3, _heard(log, T0 + 3), KNOBS) == []
+    assert log.view.jobs["on-b"].state == "running"
+
+
+def test_a_silent_node_goes_not_ready_then_its_jobs_are_requeued_and_it_may_come_back() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "lost", "a")
+    heard = {"a": T0, "b": T0 + 100}
+    assert decide(log.view, T0 + 29, heard, KNOBS) == []
+    steps = decide(log.view, T0 + 31, heard, KNOBS)
+    assert _types(steps) == ["NodeNotReady"]
+    log.clock = T0 + 31
+    log.take(steps)
+    assert log.view.cluster is not None and not log.view.cluster.schedulable[0]
+    assert decide(log.view, T0 + 50, heard, KNOBS) == []  # the requeue timeout has not passed
+    steps = decide(log.view, T0 + 62, heard, KNOBS)
+    assert _types(steps) == ["EvictionStarted"]
+    log.take(steps)
+    # Nobody can report the task: after its grace and the report timeout it counts as lost.
+    assert decide(log.view, T0 + 62 + 20 + 5, heard, KNOBS) == []
+    steps = decide(log.view, T0 + 62 + 20 + 11, heard, KNOBS)
+    assert _types(steps) == ["JobPreempted"]
+    assert not steps[0].events[0].data["checkpointed"]
+    log.take(steps)
+    assert log.view.jobs["lost"].state == "pending" and log.view.cluster.gpu_free[0].sum() == 2000
+    heard["a"] = heard["b"] = T0 + 200  # its agent is back
+    steps = decide(log.view, T0 + 201, heard, KNOBS)
+    assert _types(steps) == ["NodeReady"]
+    log.take(steps)
+    assert log.view.cluster.schedulable[0]
+
+
+def test_eviction_state_survives_a_snapshot() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "victim", "a")
+    log.add("node-b", NodeCordoned(node="b"))
+    log.add("job-victim", PreemptionRequested(job_id="victim", by_job="gone", grace_s=5))
+    again = from_snapshot(to_snapshot(log.view))
+    assert again.jobs["victim"].status.phase == Phase.PREEMPTING
+    assert again.jobs["victim"].request == log.view.jobs["victim"].request
+    assert again.cluster is not None and not again.cluster.schedulable[again.cluster.index["b"]]
+    assert _types(decide(again, T0, _heard(log, T0), KNOBS)) == _types(
+        decide(log.view, T0, _heard(log, T0), KNOBS)
+    )
