@@ -268,7 +268,9 @@ class ClusterView:
                     self.estimator.observe(core_job(record), max(0.0, run_s))
             return
         if kind == "JobReserved":
-            record.reservation = dict(data)
+            # When it was first held (the cycle offers holders in that order): the log's time.
+            since = (record.reservation or {}).get("since", event.recorded_at.timestamp())
+            record.reservation = {**data, "since": since}
             return
         if kind == "ReservationReleased":
             record.reservation = None

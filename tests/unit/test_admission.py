@@ -211,3 +211,35 @@ async def test_a_field_nothing_honours_is_rejected_with_its_name() -> None:
     assert "numa-binding" in reasons["numa"] and "rack-affinity" in reasons["rack"]
     assert "gpu-memory" in reasons["hami"] and "mig-1g.10gb" in reasons["mig"]
     assert "node-selector.zone" in reasons["sel"]
+
+
+class AlwaysConflicting(InMemoryEventStore):
+    """Another writer wins every race for the same streams."""
+
+    async def append(self, events: Sequence[NewEvent], expected: Mapping[str, int]) -> list[RecordedEvent]:
+        from shared.eventstore import ConcurrencyError
+
+        raise ConcurrencyError({e.stream: (0, 1) for e in events})
+
+
+async def test_submissions_that_keep_conflicting_are_answered_conflict_not_taken_as_handled() -> None:
+    store = AlwaysConflicting()
+    verdicts = await Admission(store, QUEUES).decide([SubmitJob(spec=spec("j1")), SubmitJob(spec=spec("j2"))])
+    assert verdicts == ["conflict", "conflict"]  # the shell dead-letters these with the reason
+
+
+async def test_drain_and_uncordon_become_node_facts_and_an_unknown_node_is_rejected() -> None:
+    from schemas.commands import DrainNode, UncordonNode
+
+    store = InMemoryEventStore()
+    await with_nodes(store)
+    admission = Admission(store, QUEUES)
+    verdicts = await admission.decide(
+        [DrainNode(node="a", reason="psu"), UncordonNode(node="a"), DrainNode(node="zz")]
+    )
+    assert verdicts == ["drained", "uncordoned", "rejected"]
+    assert await kinds(store) == [
+        ("node-a", "NodeCordoned"),
+        ("node-a", "NodeUncordoned"),
+        ("rejected-drain-zz", "CommandRejected"),
+    ]

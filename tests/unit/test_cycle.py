@@ -315,3 +315,16 @@ def test_a_node_that_is_not_schedulable_gets_no_new_work_nor_a_preemptor() -> No
     result = cycle(Snapshot(c2, [job("high", gpus=2, priority=100)], hold), now=5000.0)
     assert [p.victim for p in result.of(Preempt)] == ["dear"]
     assert result.reservations["high"].nodes == (1,)
+
+
+def test_a_preemptor_never_takes_the_room_freed_for_another_preemptor() -> None:
+    c = cluster(node("a", gpus=2), node("b", gpus=2))
+    leaving = replace(running(c, job("victim", gpus=2, priority=-100), [(1, (0, 1))]), preempting=True)
+    first = job("first", gpus=2, priority=100)  # its victim on b is still leaving
+    second = job("second", gpus=2, priority=100)  # its victims on a are gone
+    reservations = {
+        "first": Reservation("first", (1,), 5.0, 1030.0, 5000.0, preemption=True),
+        "second": Reservation("second", (0,), 10.0, 1030.0, 5000.0, preemption=True),
+    }
+    result = cycle(Snapshot(c, [first, second], [leaving], reservations=reservations))
+    assert {j: [p.node for p in ps] for j, ps in result.placed.items()} == {"second": [0]}

@@ -1,0 +1,89 @@
+"""The agent never drops a task's end: it retries while the store is away, and the end waits in
+its outbox, so an agent restarted meanwhile reports it (the in-memory store; no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from schemas import JobSpec
+from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, TaskBinding
+from schemas.node import GpuDevice, NodeInventory
+from services.agent.app import Agent
+from services.agent.runtime import SimulatedRuntime, TaskEnd
+from shared.eventstore import NewEvent, RecordedEvent
+from shared.eventstore.memory import InMemoryEventStore
+from shared.settings import Settings
+from shared.state.follow import catch_up
+
+
+class Flaky(InMemoryEventStore):
+    """Refuses appends with ``OSError`` (a dropped connection) ``failures`` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def append(self, events: Sequence[NewEvent], expected: Mapping[str, int]) -> list[RecordedEvent]:
+        if self.failures > 0 and any(e.type == "JobFinished" for e in events):
+            self.failures -= 1
+            raise OSError("connection reset")
+        return await super().append(events, expected)
+
+
+async def _running_job(store: InMemoryEventStore) -> None:
+    inv = NodeInventory(name="n", cpu="8", memory="16Gi", gpus=[GpuDevice(index=0, model="T4")])
+    spec = JobSpec.model_validate({"id": "j", "tenant": "t", "resources": {"cpu": "1", "nvidia.com/gpu": 1}})
+    binding = TaskBinding(task=0, node="n", gpus=[0], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+    for stream, event in (
+        ("node-n", NodeRegistered(inventory=inv)),
+        ("job-j", JobAdmitted(spec=spec)),
+        ("job-j", JobPlaced(job_id="j", bindings=[binding], policy="tessera", node_versions={})),
+    ):
+        data = event.model_dump(mode="json", by_alias=True)
+        await store.append([NewEvent(stream, data["type"], data)], {stream: -1})
+    started = JobStarted(job_id="j", node="n").model_dump(mode="json")
+    await store.append(
+        [NewEvent("job-j", "JobStarted", started), NewEvent("task-j-0", "JobStarted", started)],
+        {"job-j": -1, "task-j-0": 0},
+    )
+
+
+async def _agent(store: InMemoryEventStore, folder: Path) -> Agent:
+    agent = Agent(Settings(agent_state_dir=str(folder)), [], SimulatedRuntime())
+    agent.store = store
+    await catch_up(agent.view, store)
+    return agent
+
+
+async def test_a_task_end_is_retried_through_store_outages_until_it_is_recorded(tmp_path: Path) -> None:
+    store = Flaky(failures=3)
+    await _running_job(store)
+    agent = await _agent(store, tmp_path)
+    await agent._report(TaskEnd("j", 0, 0))
+    await catch_up(agent.view, store)
+    assert agent.view.jobs["j"].state == "finished" and store.failures == 0
+    assert agent.outbox.pending() == []
+
+
+async def test_an_end_not_yet_recorded_is_found_and_reported_by_the_next_agent(tmp_path: Path) -> None:
+    store = Flaky(failures=10**6)  # the store stays away while the first agent lives
+    await _running_job(store)
+    first = await _agent(store, tmp_path)
+    reporting = asyncio.create_task(first._report(TaskEnd("j", 0, 0)))
+    await asyncio.sleep(0.3)
+    reporting.cancel()  # the agent dies
+    assert [e.job_id for e in first.outbox.pending()] == ["j"]
+    store.failures = 0  # the store is back; a new agent starts
+    second = await _agent(store, tmp_path)
+    for end in second.outbox.pending():
+        await second._report(end)
+    await catch_up(second.view, store)
+    assert second.view.jobs["j"].state == "finished"
+    assert second.outbox.pending() == []
+    assert _ends(await store.read_all(0, 100)) == 1  # once
+
+
+def _ends(events: list[RecordedEvent]) -> int:
+    return sum(1 for e in events if e.stream == "job-j" and e.type == "JobFinished")
