@@ -216,7 +216,12 @@ async def test_a_field_nothing_honours_is_rejected_with_its_name() -> None:
 class AlwaysConflicting(InMemoryEventStore):
     """Another writer wins every race for the same streams."""
 
-    async def append(self, events: Sequence[NewEvent], expected: Mapping[str, int]) -> list[RecordedEvent]:
+    async def append(
+        self,
+        events: Sequence[NewEvent],
+        expected: Mapping[str, int],
+        tracking: tuple[str, int] | None = None,
+    ) -> list[RecordedEvent]:
         from shared.eventstore import ConcurrencyError
 
         raise ConcurrencyError({e.stream: (0, 1) for e in events})

@@ -25,11 +25,16 @@ class Flaky(InMemoryEventStore):
         super().__init__()
         self.failures = failures
 
-    async def append(self, events: Sequence[NewEvent], expected: Mapping[str, int]) -> list[RecordedEvent]:
+    async def append(
+        self,
+        events: Sequence[NewEvent],
+        expected: Mapping[str, int],
+        tracking: tuple[str, int] | None = None,
+    ) -> list[RecordedEvent]:
         if self.failures > 0 and any(e.type == "JobFinished" for e in events):
             self.failures -= 1
             raise OSError("connection reset")
-        return await super().append(events, expected)
+        return await super().append(events, expected, tracking)
 
 
 async def _running_job(store: InMemoryEventStore) -> None:
