@@ -45,10 +45,8 @@ def run(ctx: CycleContext) -> None:
     for r in holders:
         job = ctx.pending_by_id[r.job]
         if ctx.actionable(job) and ctx.within_max(job, job.fewest):
-            # Not the room freed for another preemptor: a holder whose own victims are still
-            # leaving must not take the node an earlier preemption emptied for someone else.
-            allowed = ctx.open_to(job) & ~ctx.preemption_nodes(but=job.id)
-            placements, _ = place_replicas(ctx, job, job.fewest, job.replicas, allowed)
+            # open_to: its own nodes and unreserved ones, never another preemptor's freed room.
+            placements, _ = place_replicas(ctx, job, job.fewest, job.replicas, ctx.open_to(job))
             if placements:
                 ctx.record_place(job, placements)
     heap: list[tuple[float, str]] = [(ctx.share(q), q) for q, jobs in ctx.ordered.items() if jobs]

@@ -159,14 +159,6 @@ class CycleContext:
                 if 0 <= node < self.cluster.size and self._reserved_by[node] < 0:
                     self._reserved_by[node] = k
 
-    def preemption_nodes(self, but: str) -> BoolArray:
-        """Nodes of the preemption reservations of every job but ``but``."""
-        mask = np.zeros(self.cluster.size, dtype=np.bool_)
-        for job, r in self.reservations.items():
-            if r.preemption and job != but:
-                mask[list(r.nodes)] = True
-        return mask
-
     def reserved_mask(self) -> BoolArray:
         """Nodes held for blocked jobs as they free up, a preemption's nodes included: room there
         that its victims free (or that was free already) is its preemptor's alone, as Kubernetes
