@@ -20,12 +20,13 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from schemas.node import NodeHeartbeat
-from services.preemption.handlers import Knobs, decide
+from services.preemption.handlers import Knobs, Watch, decide
 from shared.bus import ensure_topics
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
@@ -39,7 +40,7 @@ log = logging.getLogger("tessera.preemption")
 TICK_S = 0.25
 
 
-class Leases:
+class Leases(Mapping[str, float]):
     """When each node's agent was last heard, on this process's clock."""
 
     def __init__(self, since: float) -> None:
@@ -50,8 +51,16 @@ class Leases:
         for node in beat.nodes:
             self.heard[node] = at
 
-    def of(self, nodes: list[str]) -> dict[str, float]:
-        return {n: self.heard.get(n, self.since) for n in nodes}
+    def __getitem__(self, node: str) -> float:
+        """When ``node`` was last heard; the service's start for one never heard (so never a
+        KeyError: ``get`` answers the same)."""
+        return self.heard.get(node, self.since)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.heard)
+
+    def __len__(self) -> int:
+        return len(self.heard)
 
 
 def knobs(settings: Settings) -> Knobs:
@@ -85,10 +94,10 @@ async def listen(settings: Settings, leases: Leases, stop: asyncio.Event) -> Non
         await consumer.stop()
 
 
-async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs) -> int:
+async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs, watch: Watch) -> int:
     """Append every step due now; returns how many were taken."""
     taken = 0
-    for step in decide(view, time.time(), leases.of(list(view.inventories)), k):
+    for step in decide(view, time.time(), leases, k, watch):
         try:
             recorded = await store.append(step.events, step.expected)
         except ConcurrencyError:
@@ -114,11 +123,12 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     ]
     mark_ready(os.environ.get("TESSERA_SERVICE_NAME", "preemption"))
     k = knobs(settings)
+    watch = Watch()
     try:
         while not stop.is_set():
             follower.changed.clear()
             try:
-                if await act(store, view, leases, k):
+                if await act(store, view, leases, k, watch):
                     continue  # look again at once: one step often makes the next one due
             except OSError:
                 log.exception("event store unreachable; retrying")

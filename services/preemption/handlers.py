@@ -1,7 +1,8 @@
 """The preemption service's decisions: from the folded view (and the leases heard) to appends.
 
-Pure: ``decide(view, now, heard, knobs)`` looks at every job and node whose eviction is in
-flight and returns what to append next, each step one append guarded by the stream version it
+Pure: ``decide(view, now, heard, knobs, watch)`` looks at every job and node whose eviction is
+in flight (the :class:`Watch` keeps which those are as the view moves) and returns what to
+append next, each step one append guarded by the stream version it
 read, so two instances (or a restarted one replaying the log) never take a step twice:
 
 1. **A requested preemption** (``PreemptionRequested``, from a placement worker's cycle): if the
@@ -85,23 +86,93 @@ def evict(record: JobRecord, now: float, grace_s: float, reason: str, by_job: st
     return _on_job(record, event, f"evict {record.spec.id} ({reason})")
 
 
-def decide(view: ClusterView, now: float, heard: Mapping[str, float], knobs: Knobs) -> list[Step]:
-    """``heard``: node -> when its agent was last heard (the service's own clock)."""
+class Watch:
+    """What :func:`decide` looks at, kept as the view moves instead of rescanned on every call.
+
+    Fed by :meth:`ClusterView.drain_changed` (the preemption service's view has no other
+    consumer of it), so a call costs O(jobs changed since the last one + nodes with a
+    condition), not O(active jobs + nodes): ``inflight`` (jobs evicting, or PREEMPTING with a
+    request to answer) and ``on_node`` (node -> active jobs bound there).  Leases expire on
+    their own, with no event, so every node's lease is checked only once per ``sweep_s``: a lease
+    is tens of seconds, a sweep's delay is noise beside it.
+    """
+
+    def __init__(self, sweep_s: float = 1.0) -> None:
+        self.sweep_s = sweep_s
+        self.seeded = False
+        self.inflight: dict[str, None] = {}  # ordered: steps come out in a stable order
+        self.job_nodes: dict[str, frozenset[str]] = {}
+        self.on_node: dict[str, dict[str, None]] = {}
+        self.swept_at = float("-inf")
+
+    def update(self, view: ClusterView) -> None:
+        changed = view.drain_changed()
+        if not self.seeded:
+            self.seeded = True
+            changed = [r.spec.id for r in view.active()]  # a fresh watch sees every active job
+        for job_id in changed:
+            self._track(job_id, view.jobs.get(job_id))
+
+    def _track(self, job_id: str, record: JobRecord | None) -> None:
+        active = record is not None and record.status.active
+        nodes = frozenset(record.nodes()) if record is not None and active else frozenset()
+        old = self.job_nodes.get(job_id, frozenset())
+        for node in old - nodes:
+            holders = self.on_node.get(node)
+            if holders is not None:
+                holders.pop(job_id, None)
+                if not holders:
+                    del self.on_node[node]
+        for node in nodes - old:
+            self.on_node.setdefault(node, {})[job_id] = None
+        if nodes:
+            self.job_nodes[job_id] = nodes
+        else:
+            self.job_nodes.pop(job_id, None)
+        wanted = (
+            record is not None
+            and active
+            and (
+                record.status.evicting
+                or (record.status.phase == Phase.PREEMPTING and record.request is not None)
+            )
+        )
+        if wanted:
+            self.inflight[job_id] = None
+        else:
+            self.inflight.pop(job_id, None)
+
+    def nodes_to_check(self, view: ClusterView, now: float) -> list[str]:
+        """Nodes with a condition (cordoned, NotReady, ever) every call; every node per sweep."""
+        if now - self.swept_at >= self.sweep_s:
+            self.swept_at = now
+            return sorted(view.inventories)
+        return sorted(n for n in view.conditions if n in view.inventories)
+
+
+def decide(
+    view: ClusterView,
+    now: float,
+    heard: Mapping[str, float],
+    knobs: Knobs,
+    watch: Watch | None = None,
+) -> list[Step]:
+    """``heard``: node -> when its agent was last heard (the service's own clock).  ``watch``:
+    the service's :class:`Watch`, kept across calls; without one, a fresh one sees everything."""
+    watch = watch or Watch()
+    watch.update(view)
     steps: list[Step] = []
     evicting: set[str] = set()  # jobs some step already concerns: one step per job per call
-    by_node: dict[str, list[JobRecord]] = {}
-    for record in view.active():
-        for node in record.nodes():
-            by_node.setdefault(node, []).append(record)
+    for job_id in list(watch.inflight):
+        record = view.jobs[job_id]
+        evicting.add(job_id)
         if record.status.evicting:
-            evicting.add(record.spec.id)
             finished = finish(view, record, now, knobs)
             if finished is not None:
                 steps.append(finished)
-        elif record.status.phase == Phase.PREEMPTING and record.request is not None:
-            evicting.add(record.spec.id)
+        else:
             steps.append(answer_request(view, record, now, knobs))
-    for node in sorted(view.inventories):
+    for node in watch.nodes_to_check(view, now):
         condition = view.condition(node)
         last = heard.get(node, 0.0)
         if condition.ready and now - last > knobs.lease_s:
@@ -119,15 +190,19 @@ def decide(view: ClusterView, now: float, heard: Mapping[str, float], knobs: Kno
         if not condition.ready and last > condition.since:
             steps.append(_on_node(view, node, NodeReady(node=node), f"{node} Ready"))
             continue
-        jobs = [r for r in by_node.get(node, []) if r.spec.id not in evicting and _holds(r, node)]
+        holders = watch.on_node.get(node, {})
         lost = not condition.ready and now - condition.since >= knobs.requeue_after_s
-        if lost or (condition.cordoned and condition.drain):
+        draining = condition.cordoned and condition.drain
+        if lost or draining:
             why = f"node {node} lost" if lost else f"drain of {node}"
-            for record in jobs:
+            for job_id in holders:
+                record = view.jobs[job_id]
+                if job_id in evicting or not _holds(record, node):
+                    continue
                 grace = knobs.grace_s if record.spec.checkpointable else 0.0
                 steps.append(evict(record, now, grace, why, "", knobs.signal))
-                evicting.add(record.spec.id)
-        if condition.cordoned and condition.drain and not condition.drained and not by_node.get(node):
+                evicting.add(job_id)
+        if draining and not condition.drained and not holders:
             steps.append(
                 _on_node(view, node, NodeDrained(node=node, reason="no job left"), f"{node} drained")
             )

@@ -22,7 +22,7 @@ from schemas.events import (
     TaskStopped,
 )
 from schemas.node import GpuDevice, NodeInventory
-from services.preemption.handlers import Knobs, Step, decide
+from services.preemption.handlers import Knobs, Step, Watch, decide
 from shared.core.lifecycle import Phase
 from shared.eventstore.port import RecordedEvent
 from shared.state.fold import ClusterView, from_snapshot, to_snapshot
@@ -205,3 +205,71 @@ def test_eviction_state_survives_a_snapshot() -> None:
     assert _types(decide(again, T0, _heard(log, T0), KNOBS)) == _types(
         decide(log.view, T0, _heard(log, T0), KNOBS)
     )
+
+
+def _what(steps: list[Step]) -> list[tuple[str, ...]]:
+    return [(s.what, *(e.type for e in s.events)) for s in steps]
+
+
+def test_the_kept_watch_decides_what_a_full_rescan_decides() -> None:
+    """The service keeps one Watch across calls (fed by the view's changed jobs); each call's
+    steps must equal a fresh rescan's, through a preemption, a drain and a lost node."""
+    log = Log()
+    _cluster(log)
+    watch = Watch(sweep_s=0.0)
+    heard = {"a": T0, "b": T0}
+
+    def step(now: float) -> list[Step]:
+        kept = decide(log.view, now, heard, KNOBS, watch)
+        assert _what(kept) == _what(decide(log.view, now, heard, KNOBS))
+        log.clock = now
+        log.take(kept)
+        return kept
+
+    _run(log, "victim", "a")
+    _run(log, "on-b", "b", gpus=1)
+    high = JobSpec.model_validate(
+        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 2}}
+    )
+    log.add("job-high", JobAdmitted(spec=high))
+    log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=5, reason="priority"))
+    assert _types(step(T0)) == ["EvictionStarted"]
+    log.add(
+        "job-victim", TaskStopped(job_id="victim", node="a", task=0, attempt=0, checkpointed=True, ran_s=3.0)
+    )
+    assert _types(step(T0 + 1)) == ["JobPreempted"]
+    watch.update(log.view)
+    assert watch.inflight == {} and "victim" not in watch.on_node.get("a", {})
+    log.add("node-b", NodeCordoned(node="b"))
+    assert _types(step(T0 + 2)) == ["EvictionStarted"]
+    log.add("job-on-b", TaskStopped(job_id="on-b", node="b", task=0, attempt=0, checkpointed=True, ran_s=2.0))
+    assert _types(step(T0 + 3)) == ["JobPreempted"]
+    assert _types(step(T0 + 4)) == ["NodeDrained"]
+    _run(log, "late", "a")
+    heard["b"] = T0 + 100
+    assert _types(step(T0 + 40)) == ["NodeNotReady"]
+    assert _types(step(T0 + 71)) == ["EvictionStarted"]
+    watch.update(log.view)
+    assert watch.inflight == {"late": None}
+
+
+def test_a_lease_is_checked_once_per_sweep_not_on_every_change() -> None:
+    log = Log()
+    _cluster(log)
+    watch = Watch(sweep_s=5.0)
+    heard = {"a": T0, "b": T0}
+    assert decide(log.view, T0 + 1, heard, KNOBS, watch) == []  # the first call sweeps
+    assert decide(log.view, T0 + 31.5, heard, KNOBS, watch) != []  # 30.5 s later: a sweep is due
+    watch = Watch(sweep_s=5.0)
+    assert decide(log.view, T0 + 29, heard, KNOBS, watch) == []
+    assert decide(log.view, T0 + 31, heard, KNOBS, watch) == []  # expired, but no sweep yet
+    assert _types(decide(log.view, T0 + 34, heard, KNOBS, watch)) == ["NodeNotReady", "NodeNotReady"]
+
+
+def test_a_node_never_heard_counts_as_heard_at_the_service_start() -> None:
+    from schemas.node import NodeHeartbeat
+    from services.preemption.app import Leases
+
+    leases = Leases(since=T0)
+    leases.renew(NodeHeartbeat.model_validate({"agent": "x", "nodes": ["a"], "at": T0 + 5}), T0 + 5)
+    assert leases.get("a", 0.0) == T0 + 5 and leases.get("b", 0.0) == T0 and leases["b"] == T0
