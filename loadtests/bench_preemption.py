@@ -229,6 +229,7 @@ async def run(jobs: int, rate: float, fill: int, console: Console) -> dict[str, 
         net.append(1000 * (started[j] - t - max(leave, default=0.0)))
     net_ms = np.array(net) if net else np.array([float("nan")])
     victims = [v for _, v, by in watch.preempted if by]
+    stages = stage_breakdown(watch, sent, victims_of)
     span = (
         (max(t for t, _, _ in watch.preempted) - min(t for t, _, _ in watch.requested))
         if watch.preempted
@@ -248,8 +249,55 @@ async def run(jobs: int, rate: float, fill: int, console: Console) -> dict[str, 
         "preemptors_started": f"{len(set(sent) & started.keys())}/{len(sent)}",
         "fill_placed": f"{filled}/{len(fillers)}",
         "lost_jobs": never_admitted + stuck + not_started,
+        "stages_p50_p99_ms": stages,
     }
     return result
+
+
+STAGES = (
+    ("admitted", "submission -> JobAdmitted"),
+    ("requested", "-> first PreemptionRequested for it"),
+    ("evicting", "-> its victims' last EvictionStarted"),
+    ("stopped", "-> their last TaskStopped"),
+    ("preempted", "-> their last JobPreempted"),
+    ("placed", "-> its JobPlaced"),
+    ("started", "-> its JobStarted"),
+)
+
+
+def stage_breakdown(
+    watch: Watch, sent: dict[str, float], victims_of: dict[str, list[str]]
+) -> dict[str, list[float]]:
+    """p50/p99 of each step on a preemptor's path, each measured from the step before it."""
+    requested: dict[str, float] = {}
+    for at, _, by in watch.requested:
+        requested.setdefault(by, at)
+    gaps: dict[str, list[float]] = {name: [] for name, _ in STAGES}
+    for job, t0 in sent.items():
+        victims = victims_of.get(job, [])
+        marks = [
+            watch.times["JobAdmitted"].get(job),
+            requested.get(job),
+            max((watch.evicted[v] for v in victims if v in watch.evicted), default=None),
+            max((watch.stopped[v] for v in victims if v in watch.stopped), default=None),
+            max(
+                (watch.times["JobPreempted"][v] for v in victims if v in watch.times["JobPreempted"]),
+                default=None,
+            ),
+            watch.times["JobPlaced"].get(job),
+            watch.times["JobStarted"].get(job),
+        ]
+        if any(m is None for m in marks):
+            continue
+        last = t0
+        for (name, _), mark in zip(STAGES, marks, strict=True):
+            assert mark is not None
+            gaps[name].append(1000 * (mark - last))
+            last = mark
+    return {
+        name: [round(float(np.percentile(v, q)), 1) for q in (50, 99)] if v else []
+        for name, v in gaps.items()
+    }
 
 
 def main() -> None:
@@ -284,6 +332,13 @@ def main() -> None:
         str(r["lost_jobs"]),
     )
     console.print(table)
+    steps = Table(title="where a preemptor's wait goes (each step from the one before)")
+    for col in ("step", "p50 ms", "p99 ms"):
+        steps.add_column(col, justify="right" if col != "step" else "left")
+    for name, label in STAGES:
+        q = r["stages_p50_p99_ms"].get(name) or [float("nan")] * 2
+        steps.add_row(label, f"{q[0]:.0f}", f"{q[1]:.0f}")
+    console.print(steps)
     print(json.dumps(r))
 
 

@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from schemas.node import NodeHeartbeat
-from services.preemption.handlers import Knobs, Watch, decide
+from services.preemption.handlers import Knobs, Step, Watch, decide
 from shared.bus import ensure_topics
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
@@ -38,6 +38,7 @@ from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.preemption")
 TICK_S = 0.25
+BATCH_STEPS = 200  # steps per append at most (one transaction stays short)
 
 
 class Leases(Mapping[str, float]):
@@ -94,16 +95,42 @@ async def listen(settings: Settings, leases: Leases, stop: asyncio.Event) -> Non
         await consumer.stop()
 
 
-async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs, watch: Watch) -> int:
-    """Append every step due now; returns how many were taken."""
+async def act(
+    store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs, watch: Watch
+) -> int:
+    """Append every step due now; returns how many were taken.
+
+    The steps of one call touch distinct streams (one step per job, per node), so they go in
+    one append, checked together: one round trip for a hundred evictions instead of a hundred
+    (the appends are serialised by the store's lock, so their count is what costs).  If any
+    stream moved meanwhile the batch fails whole and the steps are retried one by one, each
+    skipped if its own stream moved."""
+    steps = decide(view, time.time(), leases, k, watch)
     taken = 0
-    for step in decide(view, time.time(), leases, k, watch):
+    for start in range(0, len(steps), BATCH_STEPS):
+        batch = steps[start : start + BATCH_STEPS]
+        expected = {s: v for step in batch for s, v in step.expected.items()}
+        try:
+            recorded = await store.append([e for step in batch for e in step.events], expected)
+        except ConcurrencyError:
+            taken += await _one_by_one(store, view, batch)
+            continue
+        view.apply_ahead(recorded)  # the next decide sees it at once
+        taken += len(batch)
+        for step in batch:
+            log.info("%s", step.what)
+    return taken
+
+
+async def _one_by_one(store: PostgresEventStore, view: ClusterView, steps: list[Step]) -> int:
+    taken = 0
+    for step in steps:
         try:
             recorded = await store.append(step.events, step.expected)
         except ConcurrencyError:
             log.debug("skipped (the stream moved): %s", step.what)
             continue
-        view.apply_ahead(recorded)  # the next decide sees it at once
+        view.apply_ahead(recorded)
         taken += 1
         log.info("%s", step.what)
     return taken

@@ -222,6 +222,8 @@ def test_the_kept_watch_decides_what_a_full_rescan_decides() -> None:
     def step(now: float) -> list[Step]:
         kept = decide(log.view, now, heard, KNOBS, watch)
         assert _what(kept) == _what(decide(log.view, now, heard, KNOBS))
+        streams = [name for s in kept for name in s.expected]
+        assert len(streams) == len(set(streams))  # one append may carry them all (app.act)
         log.clock = now
         log.take(kept)
         return kept
