@@ -95,9 +95,7 @@ async def listen(settings: Settings, leases: Leases, stop: asyncio.Event) -> Non
         await consumer.stop()
 
 
-async def act(
-    store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs, watch: Watch
-) -> int:
+async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs, watch: Watch) -> int:
     """Append every step due now; returns how many were taken.
 
     The steps of one call touch distinct streams (one step per job, per node), so they go in
