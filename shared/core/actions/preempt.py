@@ -341,7 +341,7 @@ def _best_node(
     order = np.lexsort((lost[cand], low[cand]))
     best: tuple[tuple[float, float, int, int], int, list[Unit]] | None = None
     for node in cand[order][:MAX_NODES_EXAMINED].tolist():
-        cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].copy()
+        cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].tolist()
         taken: list[Unit] = []
         if fit_count(cpu, mem, gpu, shape) < 1:
             for u in _candidate_units(ctx, idx, node, task_ok, chosen):
@@ -356,7 +356,7 @@ def _best_node(
                     break
             else:
                 continue
-        left = int(gpu.sum()) - shape.total_gpu_milli
+        left = sum(gpu) - shape.total_gpu_milli
         cost = (
             float(max((u.priority for u in taken), default=-(10**9))),
             sum(u.lost_gpu_s for u in taken),
