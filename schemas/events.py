@@ -109,6 +109,12 @@ class PreemptionRequested(_Event):
     grace_s: float = Field(ge=0)
     reason: str = ""
     attempt: int = Field(0, ge=0, description="the victim's attempt being stopped")
+    resize_to: int | None = Field(
+        None,
+        ge=1,
+        description="a shrink of an elastic job instead of its preemption: it goes on with its "
+        "lowest-numbered ``resize_to`` replicas (None: the whole job is evicted)",
+    )
 
 
 class JobReserved(_Event):
@@ -150,6 +156,13 @@ class EvictionStarted(_Event):
     grace_s: float = Field(ge=0)
     deadline: float = Field(description="epoch seconds: SIGKILL for whatever still runs")
     signal: str = Field("SIGTERM", description="sent first, so the job can checkpoint")
+    resize_to: int | None = Field(
+        None,
+        ge=1,
+        description="a shrink: every task stops (as torchrun's elastic agent restarts all workers "
+        "when the membership changes), then the job restarts on its first ``resize_to`` tasks' "
+        "bindings (``JobResized``), which it keeps holding meanwhile",
+    )
 
 
 class TaskStopped(_Event):
@@ -175,6 +188,23 @@ class JobPreempted(_Event):
     job_id: JobId
     by_job: str = ""
     attempt: int = Field(0, ge=0, description="the attempt that was stopped")
+    checkpointed: bool = False
+    work_lost_s: float = Field(0.0, ge=0, description="run time lost: since the last checkpoint, else all")
+    reason: str = ""
+
+
+class JobResized(_Event):
+    """A shrink's eviction is over: the job's next attempt (``attempt + 1``) runs at once on
+    ``bindings``, the first ``replicas`` of the stopped attempt's (their room never left it); the
+    other tasks' room is free.  Its processes see the new ``TESSERA_WORLD_SIZE`` and, if every
+    stopped task checkpointed, ``TESSERA_RESUME=1``."""
+
+    type: Literal["JobResized"] = "JobResized"
+    job_id: JobId
+    by_job: str = ""
+    attempt: int = Field(0, ge=0, description="the attempt that was stopped")
+    replicas: int = Field(ge=1)
+    bindings: list[TaskBinding] = Field(min_length=1)
     checkpointed: bool = False
     work_lost_s: float = Field(0.0, ge=0, description="run time lost: since the last checkpoint, else all")
     reason: str = ""
@@ -255,6 +285,7 @@ Event = Annotated[
     | ReservationReleased
     | QueuesApplied
     | JobPreempted
+    | JobResized
     | EvictionStarted
     | TaskStopped
     | PreemptionAbandoned

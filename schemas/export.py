@@ -32,6 +32,7 @@ MODELS: dict[str, type[BaseModel]] = {
             events.ReservationReleased,
             events.QueuesApplied,
             events.JobPreempted,
+            events.JobResized,
             events.NodeRegistered,
             events.NodeDrained,
             events.TelemetrySampled,

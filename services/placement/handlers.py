@@ -11,8 +11,10 @@ acted on) and maps each intent to events:
 * ``Reserve`` / ``Release``: ``JobReserved`` / ``ReservationReleased`` on the job's stream;
 * ``Preempt``: ``PreemptionRequested`` on the victim's stream, expecting the version read, so a
   victim is asked once per decision (carrying it out is the preemption service's work);
-* ``Resize``: not produced live yet (the workers run with elastic growth and shrink off; an
-  elastic job starts with as many replicas as fit between its minimum and maximum).
+* ``Resize`` that shrinks (the preempt stage's cheaper alternative to evicting an elastic job):
+  ``PreemptionRequested`` with ``resize_to``, carried out like an eviction and ended by
+  ``JobResized``.  Growth is off live (``elastic=False``): an elastic job starts with as many
+  replicas as fit between its minimum and maximum and keeps them.
 
 Intents that belong together (a preemptor's reservation and its victims) form one unit; units
 are appended in chunks, each unit whole.
@@ -28,7 +30,7 @@ import numpy as np
 
 from schemas.events import JobPlaced, JobReserved, PreemptionRequested, ReservationReleased, TaskBinding
 from shared.core.cluster import BoolArray
-from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, run_cycle
+from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, Resize, run_cycle
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
 from shared.state.snapshot import SnapshotBuilder
@@ -177,6 +179,22 @@ def plan(
             u.jobs.append(intent.victim)
             u.events.append(_event(job_stream(intent.victim), request))
             u.expected.setdefault(job_stream(intent.victim), victim.version)
+        elif isinstance(intent, Resize) and intent.removed and not intent.added:
+            # A shrink for a preemptor: carried out by the preemption service like an eviction
+            # (every task checkpoints and stops), ended by JobResized on the kept bindings.
+            victim = view.jobs[intent.job]
+            request = PreemptionRequested(
+                job_id=intent.job,
+                by_job=intent.by,
+                grace_s=config.grace_s,
+                reason=f"shrink to {intent.replicas} replicas for {intent.by}",
+                attempt=victim.status.attempt,
+                resize_to=intent.replicas,
+            )
+            u = unit(intent.by)
+            u.jobs.append(intent.job)
+            u.events.append(_event(job_stream(intent.job), request))
+            u.expected.setdefault(job_stream(intent.job), victim.version)
     reasons = {
         job: status.reason or status.plugin
         for job, status in result.unschedulable.items()

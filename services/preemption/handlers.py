@@ -14,7 +14,9 @@ read, so two instances (or a restarted one replaying the log) never take a step 
 3. **Leases**: a node not heard from for ``lease_s`` -> ``NodeNotReady``; heard again ->
    ``NodeReady``.  A node NotReady for ``requeue_after_s`` more has its jobs evicted (their tasks
    elsewhere checkpoint; the lost ones cannot).
-4. **An eviction's end**: once every task of the attempt has stopped (``TaskStopped`` from the
+4. **A shrink** (``resize_to`` on the request) is the same eviction of every task; it ends with
+   ``JobResized``: the job restarts at once on its first ``resize_to`` bindings.
+5. **An eviction's end**: once every task of the attempt has stopped (``TaskStopped`` from the
    agents), or the deadline plus ``stop_report_s`` has passed and the tasks not reported are on
    NotReady nodes (nobody is left to report them) -> ``JobPreempted{checkpointed, work_lost_s}``:
    the job is pending again with attempt + 1.
@@ -29,6 +31,7 @@ from typing import Any
 from schemas.events import (
     EvictionStarted,
     JobPreempted,
+    JobResized,
     NodeDrained,
     NodeNotReady,
     NodeReady,
@@ -73,7 +76,15 @@ def _on_node(view: ClusterView, node: str, event: Any, what: str) -> Step:
     return Step([_event(stream, event)], {stream: view.node_version(node)}, what)
 
 
-def evict(record: JobRecord, now: float, grace_s: float, reason: str, by_job: str, signal: str) -> Step:
+def evict(
+    record: JobRecord,
+    now: float,
+    grace_s: float,
+    reason: str,
+    by_job: str,
+    signal: str,
+    resize_to: int | None = None,
+) -> Step:
     event = EvictionStarted(
         job_id=record.spec.id,
         attempt=record.status.attempt,
@@ -82,8 +93,10 @@ def evict(record: JobRecord, now: float, grace_s: float, reason: str, by_job: st
         grace_s=grace_s,
         deadline=now + grace_s,
         signal=signal,
+        resize_to=resize_to,
     )
-    return _on_job(record, event, f"evict {record.spec.id} ({reason})")
+    what = f"shrink {record.spec.id} to {resize_to}" if resize_to is not None else f"evict {record.spec.id}"
+    return _on_job(record, event, f"{what} ({reason})")
 
 
 class Watch:
@@ -229,7 +242,10 @@ def answer_request(view: ClusterView, record: JobRecord, now: float, knobs: Knob
         return _on_job(record, event, f"abandon preemption of {record.spec.id} for {by}")
     grace = float(record.request.get("grace_s", 0.0))
     reason = str(record.request.get("reason", "")) or f"preempted for {by}"
-    return evict(record, now, grace, reason, by, knobs.signal)
+    resize_to = record.request.get("resize_to")
+    return evict(
+        record, now, grace, reason, by, knobs.signal, int(resize_to) if resize_to is not None else None
+    )
 
 
 def finish(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> Step | None:
@@ -249,6 +265,9 @@ def finish(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> St
     reason = str(eviction.get("reason", ""))
     if unreported:
         reason += f"; {len(unreported)} task(s) on NotReady nodes counted as lost"
+    resized = _resized(view, record, checkpointed, max(lost, default=0.0), reason)
+    if resized is not None:
+        return resized
     event = JobPreempted(
         job_id=record.spec.id,
         by_job=str(eviction.get("by_job", "")),
@@ -258,3 +277,30 @@ def finish(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> St
         reason=reason,
     )
     return _on_job(record, event, f"{record.spec.id} preempted (checkpointed={checkpointed})")
+
+
+def _resized(
+    view: ClusterView, record: JobRecord, checkpointed: bool, lost_s: float, reason: str
+) -> Step | None:
+    """``JobResized`` for a shrink whose kept tasks all stopped on nodes still Ready; None if it
+    was no shrink, or a kept task finished, failed or was lost meanwhile (the job then goes
+    back to the queue whole, with ``JobPreempted``: nothing is restarted on room not held)."""
+    resize_to = (record.eviction or {}).get("resize_to")
+    if resize_to is None:
+        return None
+    kept = sorted((b for b in record.bindings if b.task < int(resize_to)), key=lambda b: b.task)
+    if len(kept) != int(resize_to) or any(
+        record.done.get(b.task) != "stopped" or not view.condition(b.node).ready for b in kept
+    ):
+        return None
+    event = JobResized(
+        job_id=record.spec.id,
+        by_job=str((record.eviction or {}).get("by_job", "")),
+        attempt=record.status.attempt,
+        replicas=len(kept),
+        bindings=kept,
+        checkpointed=checkpointed,
+        work_lost_s=round(lost_s, 3),
+        reason=reason,
+    )
+    return _on_job(record, event, f"{record.spec.id} resized to {len(kept)} (checkpointed={checkpointed})")

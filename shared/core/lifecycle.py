@@ -12,7 +12,8 @@ simulator all call it, so they can never disagree about what a log means.
                       │                     ▼         ▼
                       └──JobPreempted── preempting   (tasks end) ─► finished | failed
                                             │ PreemptionAbandoned (before EvictionStarted)
-                                            └──► placed | running
+                                            ├──► placed | running
+                                            └──JobResized──► placed (fewer tasks, attempt + 1)
     any non-terminal ──JobCancelled──► cancelled
 
 * Task events (``JobStarted``, ``JobFinished``, ``JobFailed``, ``TaskStopped``) name a task and
@@ -24,6 +25,10 @@ simulator all call it, so they can never disagree about what a log means.
   tasks stop (``TaskStopped``, the job stays ``preempting``) and ``JobPreempted`` of that attempt
   sends the job back to ``pending`` with ``attempt + 1``: its next placement is a new attempt,
   with task streams of its own.
+* A shrink of an elastic job is the same eviction (``resize_to`` on the request and on
+  ``EvictionStarted``: every task stops, as torchrun restarts all workers when membership
+  changes), ended by ``JobResized`` instead: ``placed`` again at once with ``attempt + 1`` on the
+  first ``resize_to`` bindings, which the job held throughout.
 * Events that do not apply to the phase (a second ``JobPlaced``, a start after the end, a
   cancel of an ended job) leave the status unchanged: the log is the truth, and a late or
   duplicate fact is harmless.
@@ -145,6 +150,17 @@ def evolve(status: JobStatus | None, event_type: str, data: Mapping[str, Any]) -
         # against ``max_preemptions``.
         counted = 1 if data.get("by_job") else 0
         return JobStatus(attempt=status.attempt + 1, preemptions=status.preemptions + counted)
+    if event_type == "JobResized":
+        if not status.evicting or _other_attempt(status, data):
+            return status
+        # The shrunk job's next attempt runs at once on the bindings it kept: no pending phase,
+        # and a shrink is no preemption (it does not count against max_preemptions).
+        return JobStatus(
+            phase=Phase.PLACED,
+            tasks=len(data.get("bindings", ())),
+            attempt=status.attempt + 1,
+            preemptions=status.preemptions,
+        )
     return status  # reservations, resizes of nothing, unknown types: no phase change
 
 

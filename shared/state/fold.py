@@ -18,6 +18,7 @@ from typing import Any, Literal
 from schemas.events import (
     JobAdmitted,
     JobPlaced,
+    JobResized,
     NodeRegistered,
     QueuesApplied,
     TaskBinding,
@@ -81,6 +82,12 @@ class JobRecord:
     def nodes(self) -> set[str]:
         """Nodes the current placement binds."""
         return {b.node for b in self.bindings}
+
+    def keeps(self, task: int) -> bool:
+        """Whether ``task``'s room stays with the job after it stops: a shrink's eviction
+        (``resize_to``) keeps the bindings the next attempt restarts on."""
+        resize_to = (self.eviction or {}).get("resize_to")
+        return resize_to is not None and task < int(resize_to)
 
 
 @dataclass
@@ -257,7 +264,8 @@ class ClusterView:
             elif kind == "TaskStopped":
                 record.done[task] = "stopped"
                 record.stops[task] = dict(data)
-                self._release(job_id, task)
+                if not record.keeps(task):
+                    self._release(job_id, task)
             else:
                 record.done[task] = "finished" if kind == "JobFinished" else "failed"
                 self._release(job_id, task)
@@ -305,6 +313,8 @@ class ClusterView:
             self._end_attempt(job_id, record, now)
             record.queued_time = now
             self._move(job_id, record, "pending")
+        elif kind == "JobResized":
+            self._resized(job_id, record, JobResized.model_validate(data), event.recorded_at.timestamp())
         elif kind == "JobCancelled":
             self._end_attempt(job_id, record, event.recorded_at.timestamp())
             self._move(job_id, record, "cancelled")
@@ -320,6 +330,25 @@ class ClusterView:
         record.placed_at = None
         record.preempted_by = ""
         record.request = record.eviction = None
+
+    def _resized(self, job_id: str, record: JobRecord, resized: JobResized, now: float) -> None:
+        """The next attempt on the bindings the shrink kept (their room is still held)."""
+        if resized.checkpointed and record.started:
+            record.kept_s += max(0.0, now - min(record.started.values()))
+        record.resume = record.resume or resized.checkpointed
+        gpus = record.shape.total_gpu_milli / 1000.0
+        for start in record.started.values():
+            record.attained_gpu_s += max(0.0, now - start) * gpus
+        kept = {b.task for b in resized.bindings}
+        for b in record.bindings:
+            if b.task not in kept:
+                self._release(job_id, b.task)
+        record.bindings = list(resized.bindings)
+        record.started, record.done, record.stops = {}, {}, {}
+        record.preempted_by = ""
+        record.request = record.eviction = None
+        record.placed_time = now
+        self._move(job_id, record, "placed")
 
     def _bind(self, job_id: str, record: JobRecord, placed: JobPlaced, position: int) -> None:
         record.bindings = list(placed.bindings)
@@ -553,7 +582,7 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
     for record in view.active():
         shape = record.shape
         for b in record.bindings:
-            if b.task not in record.done:
+            if b.task not in record.done or record.keeps(b.task):
                 node = cluster.index[b.node]
                 view._held[(record.spec.id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
     return view

@@ -147,6 +147,62 @@ async def test_the_preemption_service_killed_mid_eviction_resumes_it_from_the_lo
     assert preempted.data["checkpointed"]
 
 
+async def test_an_elastic_job_shrinks_instead_of_being_preempted_and_restarts_smaller(
+    live: LiveStack, tmp_path: Path
+) -> None:
+    import os
+
+    await start_process_stack(live)
+    quarter = f"{len(os.sched_getaffinity(0)) * 1000 // 4}m"
+    elastic = JobSpec.model_validate(
+        {
+            "id": "el",
+            "tenant": "t",
+            "priority-class": "best-effort",
+            "checkpointable": True,
+            "replicas": 4,
+            "elastic": "2:4",
+            "resources": {"cpu": quarter, "memory": "16Mi"},
+            "command": [sys.executable, JOB, "--steps", "40", "--step-s", "0.25"],
+        }
+    )
+    await stack.submit([elastic], live.settings)
+    await wait_log(live, lambda ev: kinds(ev, "job-el").count("JobStarted") == 4)
+    await asyncio.sleep(1.0)  # a few steps done
+    half = f"{len(os.sched_getaffinity(0)) * 1000 // 2}m"
+    high = process_job("high", "high", "--steps", "4", "--step-s", "0.25").model_copy(
+        update={
+            "resources": JobSpec.model_validate(
+                {"id": "x", "tenant": "t", "resources": {"cpu": half, "memory": "16Mi"}}
+            ).resources
+        }
+    )
+    await stack.submit([high], live.settings)
+    states = await live.wait_terminal(["high", "el"], timeout=120)
+    assert states == {"high": "finished", "el": "finished"}
+    events = await log_of(live.settings.database_url)
+    el = [e for e in events if e.stream == "job-el"]
+    kinds_el = [e.type for e in el]
+    assert "JobPreempted" not in kinds_el  # shrunk, not preempted
+    request = next(e for e in el if e.type == "PreemptionRequested")
+    eviction = next(e for e in el if e.type == "EvictionStarted")
+    resized = next(e for e in el if e.type == "JobResized")
+    assert request.data["resize_to"] == eviction.data["resize_to"] == resized.data["replicas"] == 2
+    stops = [e for e in el if e.type == "TaskStopped"]
+    assert sorted(e.data["task"] for e in stops) == [0, 1, 2, 3] and all(
+        e.data["checkpointed"] for e in stops
+    )
+    assert resized.data["checkpointed"] and [b["task"] for b in resized.data["bindings"]] == [0, 1]
+    # The two kept replicas restart as attempt 1; the preemptor starts once the other two left.
+    restarts = [e for e in el if e.type == "JobStarted" and e.data["attempt"] == 1]
+    assert sorted(e.data["task"] for e in restarts) == [0, 1]
+    high_start = next(e.position for e in events if e.stream == "job-high" and e.type == "JobStarted")
+    # Only the removed replicas free room; the kept ones keep theirs while they restart.
+    assert max(s.position for s in stops if s.data["task"] >= 2) < high_start
+    seen = json.loads((tmp_path / "checkpoints" / "el" / "attempt-1.json").read_text())
+    assert seen["world_size"] == 2 and seen["resume"] and seen["from_step"] > 0
+
+
 def nodes_csv(folder: Path, name: str, nodes: list[str]) -> Path:
     path = folder / f"{name}.csv"
     rows = "".join(f"{n},64000,262144,8,V100\n" for n in nodes)

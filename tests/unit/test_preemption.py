@@ -13,6 +13,7 @@ from typing import Any
 from schemas import JobSpec
 from schemas.events import (
     JobAdmitted,
+    JobFinished,
     JobPlaced,
     JobStarted,
     NodeCordoned,
@@ -275,3 +276,144 @@ def test_a_node_never_heard_counts_as_heard_at_the_service_start() -> None:
     leases = Leases(since=T0)
     leases.renew(NodeHeartbeat.model_validate({"agent": "x", "nodes": ["a"], "at": T0 + 5}), T0 + 5)
     assert leases.get("a", 0.0) == T0 + 5 and leases.get("b", 0.0) == T0 and leases["b"] == T0
+
+
+def _elastic(log: Log, job: str, node: str) -> None:
+    """An elastic 1:2 job running two 1-GPU replicas on ``node``."""
+    spec = JobSpec.model_validate(
+        {
+            "id": job,
+            "tenant": "t",
+            "priority": -100,
+            "checkpointable": True,
+            "replicas": 2,
+            "elastic": "1:2",
+            "resources": {"cpu": "1", "nvidia.com/gpu": 1},
+        }
+    )
+    log.add(f"job-{job}", JobAdmitted(spec=spec))
+    bindings = [
+        TaskBinding(task=t, node=node, gpus=[t], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+        for t in (0, 1)
+    ]
+    log.add(f"job-{job}", JobPlaced(job_id=job, bindings=bindings, policy="tessera", node_versions={}))
+    for t in (0, 1):
+        log.add(f"job-{job}", JobStarted(job_id=job, node=node, task=t))
+
+
+def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_held() -> None:
+    log = Log()
+    _cluster(log)
+    _elastic(log, "el", "a")
+    high = JobSpec.model_validate(
+        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 1}}
+    )
+    log.add("job-high", JobAdmitted(spec=high))
+    log.add("job-el", PreemptionRequested(job_id="el", by_job="high", grace_s=5, resize_to=1))
+    steps = decide(log.view, T0, _heard(log, T0), KNOBS)
+    assert _types(steps) == ["EvictionStarted"] and steps[0].events[0].data["resize_to"] == 1
+    log.take(steps)
+    for t in (0, 1):
+        log.add("job-el", TaskStopped(job_id="el", node="a", task=t, checkpointed=True, ran_s=4.0))
+    cluster = log.view.cluster
+    assert cluster is not None
+    # Task 1's GPU is free for the preemptor; task 0's stays held for the restart.
+    assert cluster.gpu_free[cluster.index["a"]].tolist() == [0, 1000]
+    again = from_snapshot(to_snapshot(log.view))
+    assert again.cluster is not None and again.cluster.gpu_free[again.cluster.index["a"]].tolist() == [
+        0,
+        1000,
+    ]
+    steps = decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS)
+    assert _types(steps) == ["JobResized"]
+    body = steps[0].events[0].data
+    assert body["replicas"] == 1 and [b["task"] for b in body["bindings"]] == [0] and body["checkpointed"]
+    log.take(steps)
+    record = log.view.jobs["el"]
+    assert record.state == "placed" and record.status.attempt == 1 and record.status.preemptions == 0
+    assert record.resume and [b.task for b in record.bindings] == [0]
+    assert cluster.gpu_free[cluster.index["a"]].tolist() == [0, 1000]  # nothing freed or taken twice
+    assert decide(log.view, T0 + 2, _heard(log, T0 + 2), KNOBS) == []
+
+
+def test_a_shrink_whose_kept_task_is_lost_sends_the_whole_job_back_to_the_queue() -> None:
+    log = Log()
+    _cluster(log)
+    _elastic(log, "el", "a")
+    high = JobSpec.model_validate(
+        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 1}}
+    )
+    log.add("job-high", JobAdmitted(spec=high))
+    log.add("job-el", PreemptionRequested(job_id="el", by_job="high", grace_s=5, resize_to=1))
+    log.take(decide(log.view, T0, _heard(log, T0), KNOBS))
+    log.add("job-el", TaskStopped(job_id="el", node="a", task=1, checkpointed=True, ran_s=4.0))
+    log.add("job-el", JobFinished(job_id="el", node="a", task=0))  # ended on its own meanwhile
+    steps = decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS)
+    assert _types(steps) == ["JobPreempted"]
+    log.take(steps)
+    cluster = log.view.cluster
+    assert cluster is not None and cluster.gpu_free[cluster.index["a"]].tolist() == [1000, 1000]
+
+
+def test_the_placement_cycle_asks_an_elastic_job_to_shrink_rather_than_evicting_it() -> None:
+    import numpy as np
+
+    from services.placement.handlers import plan
+    from shared.core.cycle import CycleConfig
+    from shared.core.fragmentation import TypicalWorkload
+    from shared.core.registry import build_profile
+    from shared.core.task import TaskShape
+
+    log = Log()
+    _cluster(log)
+    _elastic(log, "el", "a")
+    _run(log, "whole", "b")  # a 2-GPU best-effort job: evicting it would free room too
+    high = JobSpec.model_validate(
+        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 1}}
+    )
+    log.add("job-high", JobAdmitted(spec=high))
+    profile = build_profile("bestfit", TypicalWorkload.from_tasks([TaskShape(1000, 1024, 1, 1000)]))
+    config = CycleConfig(profile, elastic=False, min_runtime_s=0, grace_s=7)
+    decision = plan(log.view, {"high"}, config, T0 + 100, np.random.default_rng(0))
+    requests = [e for e in decision.events if e.type == "PreemptionRequested"]
+    assert [(e.stream, e.data["resize_to"], e.data["grace_s"]) for e in requests] == [("job-el", 1, 7.0)]
+    assert any(e.type == "JobReserved" and e.data["preemption"] for e in decision.events)
+
+
+def test_cpu_replicas_are_shrunk_too_though_no_gpu_time_is_lost_either_way() -> None:
+    """CPU jobs lose 0 GPU-seconds whether shrunk or evicted: the tie goes to the shrink, and
+    two shrinks of one job count as one victim (it was evicting the whole job before)."""
+    import numpy as np
+
+    from services.placement.handlers import plan
+    from shared.core.cycle import CycleConfig
+    from shared.core.fragmentation import TypicalWorkload
+    from shared.core.registry import build_profile
+    from shared.core.task import TaskShape
+
+    log = Log()
+    log.add("node-c", NodeRegistered(inventory=NodeInventory(name="c", cpu="4", memory="16Gi")))
+    spec = JobSpec.model_validate(
+        {
+            "id": "el",
+            "tenant": "t",
+            "priority": -100,
+            "checkpointable": True,
+            "replicas": 4,
+            "elastic": "2:4",
+            "resources": {"cpu": "1", "memory": "1Gi"},
+        }
+    )
+    log.add("job-el", JobAdmitted(spec=spec))
+    bindings = [
+        TaskBinding(task=t, node="c", gpus=[], gpu_milli=0, cpu_milli=1000, memory_mib=1024) for t in range(4)
+    ]
+    log.add("job-el", JobPlaced(job_id="el", bindings=bindings, policy="tessera", node_versions={}))
+    high = JobSpec.model_validate({"id": "high", "tenant": "t", "priority": 100, "resources": {"cpu": "2"}})
+    log.add("job-high", JobAdmitted(spec=high))
+    profile = build_profile("bestfit", TypicalWorkload.from_tasks([TaskShape(2000, 1024)]))
+    decision = plan(
+        log.view, {"high"}, CycleConfig(profile, elastic=False, min_runtime_s=0), T0, np.random.default_rng(0)
+    )
+    requests = [e.data for e in decision.events if e.type == "PreemptionRequested"]
+    assert [(r["job_id"], r["resize_to"]) for r in requests] == [("el", 2)]

@@ -16,8 +16,10 @@
    an elastic job above its minimum (a *shrink*: no work is lost).
 4. For each replica of J, every node that could hold it once its eligible units left is
    scored by the units it needs, chosen cheapest first: (highest victim priority, GPU-seconds
-   lost, number of victims, GPU left over on the node); the lowest wins (the issue's order:
-   priority, work lost since the last checkpoint, victims, fragmentation).  A checkpointable
+   lost, number of victim jobs, whole evictions, GPU left over on the node); the lowest wins
+   (the issue's order: priority, work lost since the last checkpoint, victims, fragmentation;
+   at a tie a shrink beats an eviction, which matters for CPU jobs, whose GPU-seconds lost are
+   always 0).  A job is either shrunk or evicted, never both at once.  A checkpointable
    victim checkpoints within its grace and loses only ``restart_overhead_s`` per GPU; any other
    loses everything since it started.
 5. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
@@ -38,6 +40,7 @@ from shared.core.cycle import Preempt, Resize
 from shared.core.fragmentation import FloatArray
 from shared.core.framework import Code
 from shared.core.jobs import Job, Reservation, Running
+from shared.core.task import TaskShape
 
 MAX_NODES_EXAMINED = 16
 """Nodes examined exactly per replica, the most promising first: by the lowest priority among
@@ -284,26 +287,76 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
 def _candidate_units(
     ctx: CycleContext, idx: VictimIndex, node: int, task_ok: BoolArray, chosen: dict[str, Unit]
 ) -> list[Unit]:
+    """What could leave ``node``, cheapest first.  An elastic job above its minimum offers
+    shrinks: its highest-numbered tasks, in turn from the top, while they are on this node and
+    above its minimum (a shrink stops the highest-numbered replicas, so the others keep their
+    numbers).  It also offers its whole eviction, after its shrinks (a shrink loses no work);
+    :func:`_units_until_fit` never takes both."""
     rows = idx.rows_on(node)
     rows = rows[task_ok[rows]]
     units: dict[str, Unit] = {}
+    here: dict[int, set[int]] = {}  # elastic job -> its tasks on this node
     for row in rows.tolist():
         k = int(idx.job[row])
         r = idx.running[k]
         if r.job.id in chosen:
             continue
         if idx.job_elastic_room[k] > 0:
-            # Shrinkable: its highest-numbered task still running, while above the minimum (a
-            # shrink stops the highest-numbered replicas, so the others keep their numbers).
+            here.setdefault(k, set()).add(int(idx.task[row]))
             gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
-            top = r.replicas - 1 - gone
-            if int(idx.task[row]) == top and top >= r.job.fewest:
-                units[f"{r.job.id}#{top}"] = Unit(r, top, 0.0, r.job.priority)
-                continue
             if r.job.preemptions >= ctx.config.max_preemptions or gone:
                 continue
         units.setdefault(r.job.id, Unit(r, -1, _lost(ctx, r), r.job.priority))
-    return sorted(units.values(), key=lambda u: (u.priority, u.lost_gpu_s, u.job_id, u.task))
+    for k, tasks in here.items():
+        r = idx.running[k]
+        gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
+        top = r.replicas - 1 - gone
+        while top in tasks and top >= r.job.fewest:
+            units[f"{r.job.id}#{top}"] = Unit(r, top, 0.0, r.job.priority)
+            top -= 1
+    return sorted(units.values(), key=lambda u: (u.priority, u.lost_gpu_s, u.job_id, not u.shrink, -u.task))
+
+
+def _units_until_fit(
+    idx: VictimIndex,
+    node: int,
+    units: list[Unit],
+    shape: TaskShape,
+    cpu: int,
+    mem: int,
+    gpu: list[int],
+) -> tuple[list[Unit], int] | None:
+    """The first units, in order, whose leaving lets one replica of ``shape`` fit on ``node``;
+    with the GPU milli then left free.  A job's whole eviction is skipped once one of its
+    shrinks is taken (it cannot be both shrunk and evicted), so a second pass without shrinks
+    covers the case where shrinking it is not enough but evicting it is."""
+    for allow_shrink in (True, False):
+        c, m, g = cpu, mem, list(gpu)
+        taken: list[Unit] = []
+        shrunk: set[str] = set()
+        fit = fit_count(c, m, g, shape) >= 1
+        for u in units:
+            if fit:
+                break
+            if u.shrink and not allow_shrink:
+                continue
+            if not u.shrink and u.job_id in shrunk:
+                continue
+            taken.append(u)
+            if u.shrink:
+                shrunk.add(u.job_id)
+            for row in _rows_of(idx, u, node):
+                p = idx.placement[row]
+                c += p.task.cpu_milli
+                m += p.task.memory_mib
+                for i in p.gpus:
+                    g[i] += p.task.gpu_milli
+            fit = fit_count(c, m, g, shape) >= 1
+        if fit:
+            return taken, sum(g) - shape.total_gpu_milli
+        if not any(u.shrink for u in units):
+            return None
+    return None
 
 
 def _best_node(
@@ -339,28 +392,19 @@ def _best_node(
     np.minimum.at(low, idx.node[sel], idx.job_priority[idx.job[sel]])
     lost = np.bincount(idx.node[sel], weights=idx.task_lost(ctx)[sel], minlength=n)
     order = np.lexsort((lost[cand], low[cand]))
-    best: tuple[tuple[float, float, int, int], int, list[Unit]] | None = None
+    best: tuple[tuple[float, float, int, int, int], int, list[Unit]] | None = None
     for node in cand[order][:MAX_NODES_EXAMINED].tolist():
+        units = _candidate_units(ctx, idx, node, task_ok, chosen)
         cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].tolist()
-        taken: list[Unit] = []
-        if fit_count(cpu, mem, gpu, shape) < 1:
-            for u in _candidate_units(ctx, idx, node, task_ok, chosen):
-                taken.append(u)
-                for row in _rows_of(idx, u, node):
-                    p = idx.placement[row]
-                    cpu += p.task.cpu_milli
-                    mem += p.task.memory_mib
-                    for g in p.gpus:
-                        gpu[g] += p.task.gpu_milli
-                if fit_count(cpu, mem, gpu, shape) >= 1:
-                    break
-            else:
-                continue
-        left = sum(gpu) - shape.total_gpu_milli
+        found = _units_until_fit(idx, node, units, shape, cpu, mem, gpu)
+        if found is None:
+            continue
+        taken, left = found
         cost = (
             float(max((u.priority for u in taken), default=-(10**9))),
             sum(u.lost_gpu_s for u in taken),
-            len(taken),
+            len({u.job_id for u in taken}),  # victims: jobs touched (two shrinks of one job: one)
+            sum(1 for u in taken if not u.shrink),  # at a tie, shrink rather than evict
             left,
         )
         if best is None or cost < best[0]:
