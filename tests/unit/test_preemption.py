@@ -301,7 +301,8 @@ def _elastic(log: Log, job: str, node: str) -> None:
         log.add(f"job-{job}", JobStarted(job_id=job, node=node, task=t))
 
 
-def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_held() -> None:
+def _shrink_requested() -> Log:
+    """A 2-replica elastic job on node a, asked to shrink to 1 for a 1-GPU high-priority job."""
     log = Log()
     _cluster(log)
     _elastic(log, "el", "a")
@@ -310,6 +311,11 @@ def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_
     )
     log.add("job-high", JobAdmitted(spec=high))
     log.add("job-el", PreemptionRequested(job_id="el", by_job="high", grace_s=5, resize_to=1))
+    return log
+
+
+def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_held() -> None:
+    log = _shrink_requested()
     steps = decide(log.view, T0, _heard(log, T0), KNOBS)
     assert _types(steps) == ["EvictionStarted"] and steps[0].events[0].data["resize_to"] == 1
     log.take(steps)
@@ -337,14 +343,7 @@ def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_
 
 
 def test_a_shrink_whose_kept_task_is_lost_sends_the_whole_job_back_to_the_queue() -> None:
-    log = Log()
-    _cluster(log)
-    _elastic(log, "el", "a")
-    high = JobSpec.model_validate(
-        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 1}}
-    )
-    log.add("job-high", JobAdmitted(spec=high))
-    log.add("job-el", PreemptionRequested(job_id="el", by_job="high", grace_s=5, resize_to=1))
+    log = _shrink_requested()
     log.take(decide(log.view, T0, _heard(log, T0), KNOBS))
     log.add("job-el", TaskStopped(job_id="el", node="a", task=1, checkpointed=True, ran_s=4.0))
     log.add("job-el", JobFinished(job_id="el", node="a", task=0))  # ended on its own meanwhile
