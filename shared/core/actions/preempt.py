@@ -394,12 +394,16 @@ def _best_node(
     order = np.lexsort((lost[cand], low[cand]))
     best: tuple[tuple[float, float, int, int, int], int, list[Unit]] | None = None
     for node in cand[order][:MAX_NODES_EXAMINED].tolist():
-        units = _candidate_units(ctx, idx, node, task_ok, chosen)
         cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].tolist()
-        found = _units_until_fit(idx, node, units, shape, cpu, mem, gpu)
-        if found is None:
-            continue
-        taken, left = found
+        if fit_count(cpu, mem, gpu, shape) >= 1:  # fits already: no victim needed here
+            taken: list[Unit] = []
+            left = sum(gpu) - shape.total_gpu_milli
+        else:
+            units = _candidate_units(ctx, idx, node, task_ok, chosen)
+            found = _units_until_fit(idx, node, units, shape, cpu, mem, gpu)
+            if found is None:
+                continue
+            taken, left = found
         cost = (
             float(max((u.priority for u in taken), default=-(10**9))),
             sum(u.lost_gpu_s for u in taken),
