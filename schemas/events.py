@@ -117,6 +117,24 @@ class PreemptionRequested(_Event):
     )
 
 
+class JobGrowRequested(_Event):
+    """A running elastic job is to grow to ``replicas`` tasks: ``added`` is the room for its new
+    replicas (numbered after its bindings), taken now, appended on the job's stream and on every
+    added node's stream with the versions the decision read (no GPU is given twice).  The
+    preemption service carries it out as a resize: every task checkpoints and stops (as torchrun's
+    elastic agent restarts all workers when the membership changes), then ``JobResized`` restarts
+    the job on its bindings plus ``added`` (or ``PreemptionAbandoned`` gives the room back)."""
+
+    type: Literal["JobGrowRequested"] = "JobGrowRequested"
+    job_id: JobId
+    attempt: int = Field(0, ge=0, description="the running attempt that grows")
+    replicas: int = Field(ge=2, description="the job's size once grown")
+    added: list[TaskBinding] = Field(min_length=1)
+    grace_s: float = Field(ge=0, description="the tasks' time to checkpoint before they restart")
+    node_versions: dict[str, int] = Field(description="node stream versions the decision read")
+    reason: str = ""
+
+
 class JobReserved(_Event):
     """Nodes held for a blocked job as they free up (no other job may take room there, except a
     backfill ending before ``expected_start``); released at ``timeout_at`` if it has not started."""
@@ -194,9 +212,10 @@ class JobPreempted(_Event):
 
 
 class JobResized(_Event):
-    """A shrink's eviction is over: the job's next attempt (``attempt + 1``) runs at once on
-    ``bindings``, the first ``replicas`` of the stopped attempt's (their room never left it); the
-    other tasks' room is free.  Its processes see the new ``TESSERA_WORLD_SIZE`` and, if every
+    """A resize's eviction is over: the job's next attempt (``attempt + 1``) runs at once on
+    ``bindings``: for a shrink the first ``replicas`` of the stopped attempt's (their room never
+    left it; the other tasks' room is free), for a grow all of them plus the room its
+    ``JobGrowRequested`` took.  Its processes see the new ``TESSERA_WORLD_SIZE`` and, if every
     stopped task checkpointed, ``TESSERA_RESUME=1``."""
 
     type: Literal["JobResized"] = "JobResized"
@@ -212,11 +231,12 @@ class JobResized(_Event):
 
 class PreemptionAbandoned(_Event):
     """A requested preemption not carried out (the preemptor no longer needs the room): the
-    victim runs on untouched."""
+    victim runs on untouched.  Also a grow not carried out (an added node went away): the added
+    room is free again and the job runs on at its size."""
 
     type: Literal["PreemptionAbandoned"] = "PreemptionAbandoned"
     job_id: JobId
-    by_job: str
+    by_job: str = Field(description='the preemptor ("" for a grow, which has none)')
     attempt: int = Field(0, ge=0)
     reason: str
 
@@ -281,6 +301,7 @@ Event = Annotated[
     | JobFailed
     | JobCancelled
     | PreemptionRequested
+    | JobGrowRequested
     | JobReserved
     | ReservationReleased
     | QueuesApplied

@@ -28,6 +28,7 @@ MODELS: dict[str, type[BaseModel]] = {
             events.JobFailed,
             events.JobCancelled,
             events.PreemptionRequested,
+            events.JobGrowRequested,
             events.JobReserved,
             events.ReservationReleased,
             events.QueuesApplied,

@@ -7,6 +7,11 @@ conflict means another worker changed one of those nodes first: the worker waits
 to catch up and plans again.  A work item's offset is committed only once its job is no longer
 pending, so a worker that dies hands its unplaced jobs to the others on the rebalance.
 
+Running elastic jobs below their size grow into idle room (``Resize`` -> ``JobGrowRequested``):
+each is grown by one worker, the one whose ``--shard`` its id hashes to (every worker without
+shards; the job stream's expected version lets only one grow it).  A cycle with nothing pending
+runs for them only when the view moved, at most every ``GROW_EVERY_S``.
+
 Run: ``python -m services.placement.app --name w1 [--policy tessera]``.  Every few seconds it
 writes its counters to ``TESSERA_STATS_DIR/placement-<name>.json`` (placements, conflicts).
 """
@@ -44,6 +49,7 @@ from shared.state.readiness import mark_ready
 from shared.state.snapshot import SnapshotBuilder
 
 log = logging.getLogger("tessera.placement")
+GROW_EVERY_S = 1.0  # a cycle for growth alone (nothing pending) at most this often
 
 
 @dataclass
@@ -135,6 +141,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._digest: tuple[int, str] = (-1, "")  # (position, digest of the view there)
         self._dumped_at = -1
+        self._growable: dict[str, None] = {}  # running elastic jobs below their size, this worker's
+        self._grow_at: tuple[int, float] = (-1, 0.0)  # (view position, time) of the last growth cycle
 
     def profile(self) -> Profile:
         """The policy, rebuilt when nodes change or the seen workload grew fourfold (a rebuild
@@ -159,19 +167,45 @@ class Worker:
         return self._profile
 
     def config(self) -> CycleConfig:
-        """The cycle as the live workers run it: every stage but elastic growth and shrink, which
-        need the agent to resize a running job (not there yet); elastic jobs start with as many
-        replicas as fit between their minimum and maximum."""
+        """The cycle as the live workers run it: every stage, elastic growth and shrink
+        included (the preemption service and the agents carry resizes out)."""
         profile = self.profile()
         if self._config is None or self._config.profile is not profile:
             self._config = CycleConfig(
                 profile,
-                elastic=False,
                 max_jobs=self.max_jobs,
                 grace_s=self.settings.preempt_grace_s,
                 min_runtime_s=self.settings.preempt_min_runtime_s,
             )
         return self._config
+
+    def growable(self) -> list[str]:
+        """Running checkpointable elastic jobs below their size that this worker grows, kept
+        from the jobs the view changed since the last call (not a scan of every active job)."""
+        for job_id in self.view.drain_changed():
+            record = self.view.jobs.get(job_id)
+            mine = self.shard is None or self.shard[1] <= 1
+            if not mine and self.shard is not None:
+                mine = zlib.crc32(job_id.encode()) % self.shard[1] == self.shard[0]
+            grows = (
+                mine
+                and record is not None
+                and record.state in ("placed", "running")
+                and record.spec.elastic is not None
+                and record.spec.checkpointable
+                and len(record.bindings) < record.spec.max_replicas
+            )
+            if grows:
+                self._growable[job_id] = None
+            else:
+                self._growable.pop(job_id, None)
+        return list(self._growable)
+
+    def _grow_due(self) -> bool:
+        """A cycle for growth alone: only once the view moved (room may have freed), at most
+        every ``GROW_EVERY_S``."""
+        position, at = self._grow_at
+        return self.view.position != position and time.monotonic() - at >= GROW_EVERY_S
 
     def preferred(self) -> BoolArray | None:
         """This worker's share of the nodes (tried first), recomputed when the nodes change."""
@@ -245,14 +279,20 @@ class Worker:
                 await consumer.commit(offsets)
             owned = self.work.owned()
             pending = [j for j in self.view.pending() if j.spec.id in owned] if self.view.cluster else []
-            if not pending:
+            growable = self.growable() if self.view.cluster else []
+            if not pending and not (growable and self._grow_due()):
                 await self._sleep_until_change(follower, 0.5)
                 continue
+            if growable:
+                self._grow_at = (self.view.position, time.monotonic())
             rng = np.random.default_rng([self.seed, self.view.position])
             t0 = time.perf_counter()
             try:
                 config = self.config()
-                decision = plan(self.view, owned, config, time.time(), rng, self.preferred(), self.snapshots)
+                actionable = owned | set(growable)
+                decision = plan(
+                    self.view, actionable, config, time.time(), rng, self.preferred(), self.snapshots
+                )
             except Exception:  # a bug must not take the worker down: log, refresh, go on
                 log.exception("planning failed; refreshing the view")
                 self._profile = None

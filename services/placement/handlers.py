@@ -13,8 +13,11 @@ acted on) and maps each intent to events:
   victim is asked once per decision (carrying it out is the preemption service's work);
 * ``Resize`` that shrinks (the preempt stage's cheaper alternative to evicting an elastic job):
   ``PreemptionRequested`` with ``resize_to``, carried out like an eviction and ended by
-  ``JobResized``.  Growth is off live (``elastic=False``): an elastic job starts with as many
-  replicas as fit between its minimum and maximum and keeps them.
+  ``JobResized``;
+* ``Resize`` that grows (a running elastic job into idle room): ``JobGrowRequested`` on the job's
+  stream and on the stream of every node it adds (expected: the versions read, as for
+  ``JobPlaced``), carried out by the preemption service like a shrink (every task checkpoints and
+  stops) and ended by ``JobResized`` on the old bindings plus the added ones.
 
 Intents that belong together (a preemptor's reservation and its victims) form one unit; units
 are appended in chunks, each unit whole.
@@ -28,8 +31,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas.events import JobPlaced, JobReserved, PreemptionRequested, ReservationReleased, TaskBinding
-from shared.core.cluster import BoolArray
+from schemas.events import (
+    JobGrowRequested,
+    JobPlaced,
+    JobReserved,
+    PreemptionRequested,
+    ReservationReleased,
+    TaskBinding,
+)
+from shared.core.cluster import BoolArray, Placement
 from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, Resize, run_cycle
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
@@ -116,23 +126,23 @@ def plan(
             order.append(owner)
         return units[owner]
 
+    def binding(task: int, p: Placement) -> TaskBinding:
+        return TaskBinding(
+            task=task,
+            node=cluster.names[p.node],
+            gpus=list(p.gpus),
+            gpu_milli=p.task.gpu_milli,
+            cpu_milli=p.task.cpu_milli,
+            memory_mib=p.task.memory_mib,
+        )
+
     for intent in result.intents:
         if isinstance(intent, Place):
             record = view.jobs[intent.job]
             placements = intent.placements
             nodes = sorted({cluster.names[p.node] for p in placements})
             versions = {n: view.node_version(n) for n in nodes}
-            bindings = [
-                TaskBinding(
-                    task=i,
-                    node=cluster.names[p.node],
-                    gpus=list(p.gpus),
-                    gpu_milli=p.task.gpu_milli,
-                    cpu_milli=p.task.cpu_milli,
-                    memory_mib=p.task.memory_mib,
-                )
-                for i, p in enumerate(placements)
-            ]
+            bindings = [binding(i, p) for i, p in enumerate(placements)]
             placed = JobPlaced(
                 job_id=intent.job,
                 attempt=record.status.attempt,
@@ -195,6 +205,27 @@ def plan(
             u.jobs.append(intent.job)
             u.events.append(_event(job_stream(intent.job), request))
             u.expected.setdefault(job_stream(intent.job), victim.version)
+        elif isinstance(intent, Resize) and intent.added and not intent.removed:
+            record = view.jobs[intent.job]
+            first = intent.replicas - len(intent.added)  # new replicas are numbered after the old
+            added = [binding(first + i, p) for i, p in enumerate(intent.added)]
+            nodes = sorted({b.node for b in added})
+            versions = {n: view.node_version(n) for n in nodes}
+            grow = JobGrowRequested(
+                job_id=intent.job,
+                attempt=record.status.attempt,
+                replicas=intent.replicas,
+                added=added,
+                grace_s=config.grace_s,
+                node_versions=versions,
+                reason=f"grow from {first} to {intent.replicas} replicas into idle room",
+            )
+            u = unit(intent.job)
+            u.events.append(_event(job_stream(intent.job), grow))
+            u.expected.setdefault(job_stream(intent.job), record.version)
+            for n in nodes:
+                u.events.append(_event(node_stream(n), grow))
+                u.expected[node_stream(n)] = versions[n]
     reasons = {
         job: status.reason or status.plugin
         for job, status in result.unschedulable.items()

@@ -15,7 +15,11 @@ read, so two instances (or a restarted one replaying the log) never take a step 
    ``NodeReady``.  A node NotReady for ``requeue_after_s`` more has its jobs evicted (their tasks
    elsewhere checkpoint; the lost ones cannot).
 4. **A shrink** (``resize_to`` on the request) is the same eviction of every task; it ends with
-   ``JobResized``: the job restarts at once on its first ``resize_to`` bindings.
+   ``JobResized``: the job restarts at once on its first ``resize_to`` bindings.  **A grow**
+   (``JobGrowRequested``, whose added room the job already holds) too: ``EvictionStarted`` with
+   ``resize_to`` above the job's size, then ``JobResized`` on its bindings plus the added ones
+   (those up to the first on a node no longer schedulable); abandoned if an added node is
+   cordoned or NotReady before the eviction starts.
 5. **An eviction's end**: once every task of the attempt has stopped (``TaskStopped`` from the
    agents), or the deadline plus ``stop_report_s`` has passed and the tasks not reported are on
    NotReady nodes (nobody is left to report them) -> ``JobPreempted{checkpointed, work_lost_s}``:
@@ -229,6 +233,8 @@ def _holds(record: JobRecord, node: str) -> bool:
 
 def answer_request(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> Step:
     assert record.request is not None
+    if record.request.get("type") == "JobGrowRequested":
+        return answer_grow(view, record, now, knobs)
     by = str(record.request.get("by_job", ""))
     preemptor = view.jobs.get(by)
     if preemptor is None or preemptor.state != "pending":
@@ -246,6 +252,24 @@ def answer_request(view: ClusterView, record: JobRecord, now: float, knobs: Knob
     return evict(
         record, now, grace, reason, by, knobs.signal, int(resize_to) if resize_to is not None else None
     )
+
+
+def answer_grow(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> Step:
+    """Start a grow's eviction (every task checkpoints and stops), or give the added room back
+    if a node it was taken on can no longer run anything."""
+    assert record.request is not None
+    gone = sorted({b.node for b in record.growing if not view.condition(b.node).schedulable})
+    if gone:
+        event = PreemptionAbandoned(
+            job_id=record.spec.id,
+            by_job="",
+            attempt=record.status.attempt,
+            reason=f"grow abandoned: {', '.join(gone)} cordoned or NotReady",
+        )
+        return _on_job(record, event, f"abandon grow of {record.spec.id}")
+    replicas = int(record.request["replicas"])
+    reason = str(record.request.get("reason", "")) or f"grow to {replicas} replicas"
+    return evict(record, now, float(record.request.get("grace_s", 0.0)), reason, "", knobs.signal, replicas)
 
 
 def finish(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> Step | None:
@@ -282,17 +306,23 @@ def finish(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> St
 def _resized(
     view: ClusterView, record: JobRecord, checkpointed: bool, lost_s: float, reason: str
 ) -> Step | None:
-    """``JobResized`` for a shrink whose kept tasks all stopped on nodes still Ready; None if it
-    was no shrink, or a kept task finished, failed or was lost meanwhile (the job then goes
-    back to the queue whole, with ``JobPreempted``: nothing is restarted on room not held)."""
+    """``JobResized`` for a resize whose kept tasks all stopped on nodes still Ready; None if it
+    was no resize, or a kept task finished, failed or was lost meanwhile (the job then goes
+    back to the queue whole, with ``JobPreempted``: nothing is restarted on room not held).
+    A grow keeps every old task and adds its new ones up to the first on a node that can no
+    longer run anything (ranks stay contiguous; the rest of the added room is given back)."""
     resize_to = (record.eviction or {}).get("resize_to")
     if resize_to is None:
         return None
     kept = sorted((b for b in record.bindings if b.task < int(resize_to)), key=lambda b: b.task)
-    if len(kept) != int(resize_to) or any(
+    if len(kept) != min(int(resize_to), len(record.bindings)) or any(
         record.done.get(b.task) != "stopped" or not view.condition(b.node).ready for b in kept
     ):
         return None
+    for b in sorted(record.growing, key=lambda b: b.task):
+        if not view.condition(b.node).schedulable:
+            break
+        kept.append(b)
     event = JobResized(
         job_id=record.spec.id,
         by_job=str((record.eviction or {}).get("by_job", "")),

@@ -8,12 +8,12 @@ simulator all call it, so they can never disagree about what a log means.
 
     JobAdmitted ─► pending ──JobPlaced──► placed ──JobStarted──► running
                       ▲                     │  └──────┬───────────────┘
-                      │                     │  PreemptionRequested | EvictionStarted
+                      │                     │  PreemptionRequested | JobGrowRequested | EvictionStarted
                       │                     ▼         ▼
                       └──JobPreempted── preempting   (tasks end) ─► finished | failed
                                             │ PreemptionAbandoned (before EvictionStarted)
                                             ├──► placed | running
-                                            └──JobResized──► placed (fewer tasks, attempt + 1)
+                                            └──JobResized──► placed (new size, attempt + 1)
     any non-terminal ──JobCancelled──► cancelled
 
 * Task events (``JobStarted``, ``JobFinished``, ``JobFailed``, ``TaskStopped``) name a task and
@@ -29,6 +29,10 @@ simulator all call it, so they can never disagree about what a log means.
   ``EvictionStarted``: every task stops, as torchrun restarts all workers when membership
   changes), ended by ``JobResized`` instead: ``placed`` again at once with ``attempt + 1`` on the
   first ``resize_to`` bindings, which the job held throughout.
+* A grow is the same path from ``JobGrowRequested`` (a placement worker's, which takes the added
+  room at once): ``EvictionStarted`` with ``resize_to`` above the job's size stops every task,
+  and ``JobResized`` restarts the job on its bindings plus the added ones (attempt + 1);
+  ``PreemptionAbandoned`` before the eviction gives the added room back and the job runs on.
 * Events that do not apply to the phase (a second ``JobPlaced``, a start after the end, a
   cancel of an ended job) leave the status unchanged: the log is the truth, and a late or
   duplicate fact is harmless.
@@ -135,6 +139,10 @@ def evolve(status: JobStatus | None, event_type: str, data: Mapping[str, Any]) -
         if status.phase in (Phase.PLACED, Phase.RUNNING):
             return replace(status, phase=Phase.PREEMPTING)
         return status
+    if event_type == "JobGrowRequested":
+        if status.phase not in (Phase.PLACED, Phase.RUNNING) or _other_attempt(status, data):
+            return status
+        return replace(status, phase=Phase.PREEMPTING)
     if event_type == "EvictionStarted":
         if status.phase not in ACTIVE or status.evicting or _other_attempt(status, data):
             return status

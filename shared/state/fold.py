@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from schemas.events import (
     JobAdmitted,
+    JobGrowRequested,
     JobPlaced,
     JobResized,
     NodeRegistered,
@@ -70,6 +71,7 @@ class JobRecord:
     stops: dict[int, dict[str, Any]] = field(default_factory=dict)  # task -> its TaskStopped body
     resume: bool = False  # the last attempt ended checkpointed: the next one resumes from it
     kept_s: float = 0.0  # run time kept in checkpoints across attempts (simulated agents resume there)
+    growing: list[TaskBinding] = field(default_factory=list)  # room a grow in flight took (JobGrowRequested)
 
     @property
     def state(self) -> JobState:
@@ -80,8 +82,8 @@ class JobRecord:
         return task_shape(self.spec)
 
     def nodes(self) -> set[str]:
-        """Nodes the current placement binds."""
-        return {b.node for b in self.bindings}
+        """Nodes the current placement binds, and those a grow in flight took room on."""
+        return {b.node for b in self.bindings} | {b.node for b in self.growing}
 
     def keeps(self, task: int) -> bool:
         """Whether ``task``'s room stays with the job after it stops: a shrink's eviction
@@ -271,6 +273,8 @@ class ClusterView:
                 self._release(job_id, task)
             if after.phase != before.phase:
                 self._move(job_id, record, after.phase.value)
+                if after.terminal:
+                    self._release_growing(job_id, record)  # ended before its grow was carried out
                 if after.phase == Phase.FINISHED and record.started:
                     run_s = event.recorded_at.timestamp() - min(record.started.values())
                     self.estimator.observe(core_job(record), max(0.0, run_s))
@@ -296,6 +300,15 @@ class ClusterView:
             record.preempted_by = str(data.get("by_job", ""))
             record.request = dict(data)
             self._move(job_id, record, after.phase.value)
+        elif kind == "JobGrowRequested":
+            grow = JobGrowRequested.model_validate(data)
+            record.request = dict(data)
+            record.growing = list(grow.added)
+            cluster = self._ensure_cluster()
+            shape = record.shape
+            for b in grow.added:
+                self._held[(job_id, b.task)] = cluster.place(cluster.index[b.node], shape, tuple(b.gpus))
+            self._move(job_id, record, after.phase.value)
         elif kind == "EvictionStarted":
             record.eviction = dict(data)
             record.preempted_by = str(data.get("by_job", ""))
@@ -303,6 +316,7 @@ class ClusterView:
         elif kind == "PreemptionAbandoned":
             record.preempted_by = ""
             record.request = None
+            self._release_growing(job_id, record)
             self._move(job_id, record, after.phase.value)
         elif kind == "JobPreempted":
             now = event.recorded_at.timestamp()
@@ -326,13 +340,20 @@ class ClusterView:
             record.attained_gpu_s += max(0.0, now - start) * gpus
         for b in record.bindings:
             self._release(job_id, b.task)
+        self._release_growing(job_id, record)
         record.bindings, record.started, record.done, record.stops = [], {}, {}, {}
         record.placed_at = None
         record.preempted_by = ""
         record.request = record.eviction = None
 
+    def _release_growing(self, job_id: str, record: JobRecord) -> None:
+        for b in record.growing:
+            self._release(job_id, b.task)
+        record.growing = []
+
     def _resized(self, job_id: str, record: JobRecord, resized: JobResized, now: float) -> None:
-        """The next attempt on the bindings the shrink kept (their room is still held)."""
+        """The next attempt on the bindings the resize kept (their room is still held): a
+        shrink's first ones, or a grow's old ones plus the room its request took."""
         if resized.checkpointed and record.started:
             record.kept_s += max(0.0, now - min(record.started.values()))
         record.resume = record.resume or resized.checkpointed
@@ -340,10 +361,10 @@ class ClusterView:
         for start in record.started.values():
             record.attained_gpu_s += max(0.0, now - start) * gpus
         kept = {b.task for b in resized.bindings}
-        for b in record.bindings:
+        for b in [*record.bindings, *record.growing]:
             if b.task not in kept:
                 self._release(job_id, b.task)
-        record.bindings = list(resized.bindings)
+        record.bindings, record.growing = list(resized.bindings), []
         record.started, record.done, record.stops = {}, {}, {}
         record.preempted_by = ""
         record.request = record.eviction = None
@@ -498,6 +519,7 @@ def to_snapshot(view: ClusterView) -> dict[str, Any]:
                 "stops": {str(k): v for k, v in r.stops.items()},
                 "resume": r.resume,
                 "kept_s": r.kept_s,
+                "growing": [b.model_dump(mode="json") for b in r.growing],
             }
             for job_id, r in view.jobs.items()
         },
@@ -572,6 +594,7 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
             stops={int(k): dict(v) for k, v in raw["stops"].items()},
             resume=bool(raw["resume"]),
             kept_s=float(raw["kept_s"]),
+            growing=[TaskBinding.model_validate(b) for b in raw.get("growing", ())],
         )
         view.jobs[job_id] = record
         view._index(job_id, record.state)
@@ -585,6 +608,8 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
             if b.task not in record.done or record.keeps(b.task):
                 node = cluster.index[b.node]
                 view._held[(record.spec.id, b.task)] = cluster.place(node, shape, tuple(b.gpus))
+        for b in record.growing:
+            view._held[(record.spec.id, b.task)] = cluster.place(cluster.index[b.node], shape, tuple(b.gpus))
     return view
 
 

@@ -42,7 +42,9 @@ class SnapshotBuilder:
         if found is not None and found[0] == r.version and found[1] == self._cluster_id:
             return found[2]
         placements: list[Placement] = []
-        for b in sorted(r.bindings, key=lambda b: b.task):
+        # A grow in flight holds its added room already: it counts as the job's (queue usage,
+        # what a victim frees), and the job is busy resizing (``preempting``): not grown again.
+        for b in sorted([*r.bindings, *r.growing], key=lambda b: b.task):
             held = view.held(r.spec.id, b.task)
             if held is not None:
                 placements.append(held)

@@ -260,11 +260,19 @@ def test_an_elastic_job_shrinks_instead_of_a_job_being_preempted() -> None:
 
 def test_a_running_elastic_job_grows_into_idle_room() -> None:
     c = cluster(node("a", gpus=4))
-    elastic = job("el", replicas=4, min_replicas=1)
+    elastic = job("el", replicas=4, min_replicas=1, checkpointable=True)
     hold = [running(c, elastic, [(0, (0,))])]
     result = cycle(Snapshot(c, [], hold))
     resize = next(i for i in result.intents if isinstance(i, Resize))
     assert resize.replicas == 4 and len(resize.added) == 3 and not resize.removed
+
+
+def test_an_elastic_job_that_cannot_checkpoint_does_not_grow() -> None:
+    """A grow restarts every replica at the new size: without a checkpoint it would start over."""
+    c = cluster(node("a", gpus=4))
+    elastic = job("el", replicas=4, min_replicas=1, checkpointable=False)
+    hold = [running(c, elastic, [(0, (0,))])]
+    assert not cycle(Snapshot(c, [], hold)).of(Resize)
 
 
 def test_an_elastic_job_starts_at_its_minimum_when_room_is_short() -> None:

@@ -416,3 +416,120 @@ def test_cpu_replicas_are_shrunk_too_though_no_gpu_time_is_lost_either_way() -> 
     )
     requests = [e.data for e in decision.events if e.type == "PreemptionRequested"]
     assert [(r["job_id"], r["resize_to"]) for r in requests] == [("el", 2)]
+
+
+def _grow_config(grace_s: float = 7.0) -> Any:
+    from shared.core.cycle import CycleConfig
+    from shared.core.fragmentation import TypicalWorkload
+    from shared.core.registry import build_profile
+    from shared.core.task import TaskShape
+
+    profile = build_profile("bestfit", TypicalWorkload.from_tasks([TaskShape(1000, 1024, 1, 1000)]))
+    return CycleConfig(profile, min_runtime_s=0, grace_s=grace_s)
+
+
+def _elastic_on_a(log: Log, job: str = "el") -> None:
+    """A checkpointable "2:4" elastic job of 1-GPU replicas running two on node a (which it fills)."""
+    spec = JobSpec.model_validate(
+        {
+            "id": job,
+            "tenant": "t",
+            "checkpointable": True,
+            "replicas": 4,
+            "elastic": "2:4",
+            "resources": {"cpu": "1", "nvidia.com/gpu": 1},
+        }
+    )
+    log.add(f"job-{job}", JobAdmitted(spec=spec))
+    bindings = [
+        TaskBinding(task=t, node="a", gpus=[t], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+        for t in (0, 1)
+    ]
+    log.add(f"job-{job}", JobPlaced(job_id=job, bindings=bindings, policy="tessera", node_versions={}))
+    for t in (0, 1):
+        log.add(f"job-{job}", JobStarted(job_id=job, node="a", task=t))
+
+
+def _grow_requested() -> Log:
+    """Node b is idle: the placement cycle grows the elastic job onto it."""
+    import numpy as np
+
+    from services.placement.handlers import plan
+
+    log = Log()
+    _cluster(log)
+    _elastic_on_a(log)
+    decision = plan(log.view, {"el"}, _grow_config(), T0 + 100, np.random.default_rng(0))
+    assert [(e.stream, e.type) for e in decision.events] == [
+        ("job-el", "JobGrowRequested"),
+        ("node-b", "JobGrowRequested"),
+    ]
+    for events, expected, _ in decision.chunks(50):
+        assert expected == {"job-el": log.versions["job-el"], "node-b": log.versions["node-b"]}
+        for e in events:
+            log.append_raw(e.stream, e.data)
+    return log
+
+
+def _free_gpus(log: Log, node: str) -> list[int]:
+    cluster = log.view.cluster
+    assert cluster is not None
+    return [int(g) for g in cluster.gpu_free[cluster.index[node]]]
+
+
+def test_a_grow_takes_its_room_at_once_restarts_every_task_and_runs_at_the_new_size() -> None:
+    log = _grow_requested()
+    record = log.view.jobs["el"]
+    grow = record.request
+    assert grow is not None and grow["replicas"] == 4 and grow["grace_s"] == 7.0
+    assert [(b.task, b.node) for b in record.growing] == [(2, "b"), (3, "b")]
+    assert record.state == "preempting" and _free_gpus(log, "b") == [0, 0]  # taken at once
+    again = from_snapshot(to_snapshot(log.view))  # a restart mid-grow holds the same room
+    assert again.cluster is not None and [
+        int(g) for g in again.cluster.gpu_free[again.cluster.index["b"]]
+    ] == [0, 0]
+    steps = decide(log.view, T0 + 101, _heard(log, T0 + 101), KNOBS)
+    assert _types(steps) == ["EvictionStarted"]
+    body = steps[0].events[0].data
+    assert body["resize_to"] == 4 and body["by_job"] == "" and body["grace_s"] == 7.0
+    log.take(steps)
+    for t in (0, 1):
+        log.add("job-el", TaskStopped(job_id="el", node="a", task=t, checkpointed=True, ran_s=50.0))
+    assert _free_gpus(log, "a") == [0, 0]  # the old replicas keep their room while they restart
+    steps = decide(log.view, T0 + 102, _heard(log, T0 + 102), KNOBS)
+    assert _types(steps) == ["JobResized"]
+    body = steps[0].events[0].data
+    assert body["replicas"] == 4 and body["checkpointed"]
+    assert [(b["task"], b["node"]) for b in body["bindings"]] == [(0, "a"), (1, "a"), (2, "b"), (3, "b")]
+    log.take(steps)
+    record = log.view.jobs["el"]
+    assert record.state == "placed" and record.status.attempt == 1 and record.status.tasks == 4
+    assert record.resume and record.growing == [] and record.status.preemptions == 0
+    assert _free_gpus(log, "a") == [0, 0] and _free_gpus(log, "b") == [0, 0]  # nothing taken twice
+    assert decide(log.view, T0 + 103, _heard(log, T0 + 103), KNOBS) == []
+    # At its full size it grows no more.
+    import numpy as np
+
+    from services.placement.handlers import plan
+
+    assert plan(log.view, {"el"}, _grow_config(), T0 + 200, np.random.default_rng(0)).events == []
+
+
+def test_a_grow_onto_a_node_cordoned_before_it_starts_is_abandoned_and_gives_the_room_back() -> None:
+    log = _grow_requested()
+    log.add("node-b", NodeCordoned(node="b", drain=False))
+    steps = decide(log.view, T0 + 101, _heard(log, T0 + 101), KNOBS)
+    assert _types(steps) == ["PreemptionAbandoned"]
+    log.take(steps)
+    record = log.view.jobs["el"]
+    assert record.state == "running" and record.growing == [] and len(record.bindings) == 2
+    assert _free_gpus(log, "b") == [1000, 1000]
+
+
+def test_a_job_that_ends_while_its_grow_waits_gives_the_added_room_back() -> None:
+    log = _grow_requested()
+    for t in (0, 1):
+        log.add("job-el", JobFinished(job_id="el", node="a", task=t))
+    assert log.view.jobs["el"].state == "finished"
+    assert _free_gpus(log, "a") == [1000, 1000] and _free_gpus(log, "b") == [1000, 1000]
+    assert decide(log.view, T0 + 101, _heard(log, T0 + 101), KNOBS) == []

@@ -5,7 +5,10 @@
    ``duration-s``, else the estimator's learnt run time for its tenant and shape.  Reservations
    made for preemptions are never backfilled (their room is freed for one job).
 2. Running elastic jobs below their size grow one replica at a time into unreserved idle room
-   (queues furthest below their deserved share first), never past their queue's ``max``.
+   (queues furthest below their deserved share first), never past their queue's ``max``.  Only
+   checkpointable ones: a grow restarts every replica at the new size (torchrun's elastic agent
+   restarts all workers when the membership changes), and a job that cannot checkpoint would
+   start over.
 """
 
 from __future__ import annotations
@@ -52,7 +55,12 @@ def _backfill(ctx: CycleContext) -> None:
 def _grow(ctx: CycleContext) -> None:
     growing: list[tuple[float, str, Job, int]] = []
     for r in ctx.snapshot.running:
-        if r.job.elastic and r.replicas < r.job.replicas and r.job.id not in ctx.evicting:
+        if (
+            r.job.elastic
+            and r.job.checkpointable
+            and r.replicas < r.job.replicas
+            and r.job.id not in ctx.evicting
+        ):
             growing.append((ctx.share(r.job.queue), r.job.id, r.job, r.replicas))
     if not growing:
         return
