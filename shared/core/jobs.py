@@ -76,10 +76,21 @@ class Running:
     preempting: bool = False  # a preemption of it is already in flight: not a victim again
     demand: tuple[int, int, int] = field(default=(0, 0, 0), init=False, compare=False, repr=False)
     """(milli-GPU, milli-CPU, MiB) it holds: summed per queue by every cycle, so kept."""
+    task_rows: tuple[tuple[int, int, int, int, int], ...] = field(
+        default=(), init=False, compare=False, repr=False
+    )
+    """Per task: (index, node, milli-CPU, MiB, milli-GPU).  Every cycle that looks for victims
+    lays the running tasks out as arrays; a shell that keeps its ``Running`` objects between
+    cycles (the placement workers do) then pays for each job once, not once per cycle."""
 
     def __post_init__(self) -> None:
         s, k = self.job.shape, len(self.placements)
         object.__setattr__(self, "demand", (s.total_gpu_milli * k, s.cpu_milli * k, s.memory_mib * k))
+        rows = tuple(
+            (i, p.node, p.task.cpu_milli, p.task.memory_mib, p.task.total_gpu_milli)
+            for i, p in enumerate(self.placements)
+        )
+        object.__setattr__(self, "task_rows", rows)
 
     @property
     def replicas(self) -> int:

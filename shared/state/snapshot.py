@@ -76,7 +76,18 @@ class SnapshotBuilder:
             self._jobs = {k: v for k, v in self._jobs.items() if k in view.jobs}
             self._running = {k: v for k, v in self._running.items() if k in view.jobs}
         pending = [self.job(r) for r in view.pending()]
-        running = [run for r in view.active() if (run := self.running(view, r)) is not None]
+        # The cached entry is looked up inline: thousands of running jobs are looked at per
+        # cycle, and a method call each cost more than the look-up itself.
+        cached, cluster_id = self._running, self._cluster_id
+        running = []
+        for r in view.active():
+            found = cached.get(r.spec.id)
+            if found is not None and found[0] == r.version and found[1] == cluster_id:
+                run = found[2]
+            else:
+                run = self.running(view, r)
+            if run is not None:
+                running.append(run)
         return _snapshot(view, cluster, now, pending, running, actionable, preferred)
 
 

@@ -336,3 +336,42 @@ def test_a_preemptor_never_takes_the_room_freed_for_another_preemptor() -> None:
     }
     result = cycle(Snapshot(c, [first, second], [leaving], reservations=reservations))
     assert {j: [p.node for p in ps] for j, ps in result.placed.items()} == {"second": [0]}
+
+
+def test_the_pruned_earliest_slot_search_finds_what_replaying_every_node_finds() -> None:
+    """``reserve.earliest`` skips nodes that cannot beat the slots it holds; on random busy
+    clusters (run times drawn from few values, so ties abound) it must choose exactly what
+    sorting every node's every slot chooses."""
+    from shared.core.actions import reserve
+    from shared.core.actions.context import CycleContext
+    from shared.core.queues import open_tree
+
+    def brute(ctx: CycleContext, j: Job, nodes: np.ndarray) -> tuple[tuple[int, ...], float] | None:
+        slots = sorted((t, n) for n in nodes.tolist() for t in reserve.node_slots(ctx, n, j.shape, j.fewest))
+        if len(slots) < j.fewest:
+            return None
+        chosen = slots[: j.fewest]
+        return tuple(sorted({n for _, n in chosen})), chosen[-1][0]
+
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        c = cluster(
+            *(node(f"n{i}", gpus=int(rng.choice([2, 4, 8]))) for i in range(int(rng.integers(3, 12))))
+        )
+        hold = []
+        for k in range(int(rng.integers(0, 40))):
+            free = [
+                (n, g) for n in range(c.size) for g in range(int(c.gpu_count[n])) if c.gpu_free[n, g] == 1000
+            ]
+            if not free:
+                break
+            n, g = free[int(rng.integers(len(free)))]
+            estimate = float(rng.choice([100.0, 500.0, 900.0]))
+            hold.append(running(c, job(f"r{k}", duration_s=estimate), [(n, (g,))], started=0.0))
+        ctx = CycleContext(
+            Snapshot(c, [], hold), CycleConfig(profile()), 1000.0, np.random.default_rng(0), open_tree(["q"])
+        )
+        for gpus, replicas in ((1, 1), (2, 3), (4, 2), (8, 1), (1, 5)):
+            big = job(f"big{trial}", gpus=gpus, replicas=replicas)
+            nodes = reserve.candidates(ctx, big)
+            assert reserve.earliest(ctx, big, nodes) == brute(ctx, big, nodes), (trial, gpus, replicas)

@@ -70,35 +70,63 @@ class VictimIndex:
     preemptor's eligible victims and each node's evictable room are a few numpy operations."""
 
     def __init__(self, ctx: CycleContext) -> None:
+        # Built every cycle that looks for victims, over every running task (tens of thousands
+        # live): each job's rows come laid out already (``Running.task_rows``), and the arrays
+        # are made from a few flat lists rather than one pass per column.
         running = list(ctx.snapshot.running)
         self.running = running
-        rows = [(k, i, p) for k, r in enumerate(running) for i, p in enumerate(r.placements)]
-        self.job = np.array([k for k, _, _ in rows], dtype=np.int64)
-        self.task = np.array([i for _, i, _ in rows], dtype=np.int64)
-        self.node = np.array([p.node for _, _, p in rows], dtype=np.int64)
-        self.cpu = np.array([p.task.cpu_milli for _, _, p in rows], dtype=np.int64)
-        self.mem = np.array([p.task.memory_mib for _, _, p in rows], dtype=np.int64)
-        self.gpu = np.array([p.task.total_gpu_milli for _, _, p in rows], dtype=np.int64)
-        self.placement = [p for _, _, p in rows]
+        n_jobs = len(running)
+        counts = np.fromiter((len(r.placements) for r in running), dtype=np.int64, count=n_jobs)
+        flat = [row for r in running for row in r.task_rows]
+        table = np.array(flat, dtype=np.int64).reshape(-1, 5)
+        self.job = np.repeat(np.arange(n_jobs, dtype=np.int64), counts)
+        self.task = np.ascontiguousarray(table[:, 0])
+        self.node = np.ascontiguousarray(table[:, 1])
+        self.cpu = np.ascontiguousarray(table[:, 2])
+        self.mem = np.ascontiguousarray(table[:, 3])
+        self.gpu = np.ascontiguousarray(table[:, 4])
+        self.placement = [p for r in running for p in r.placements]
         qnames = sorted({r.job.queue for r in running})
         qpos = {q: i for i, q in enumerate(qnames)}
         self.queue_names = qnames
-        self.job_queue = np.array([qpos[r.job.queue] for r in running], dtype=np.int64)
-        self.job_priority = np.array([r.job.priority for r in running], dtype=np.int64)
-        self.job_started = np.array([r.started for r in running], dtype=np.float64)
-        self.job_preemptions = np.array([r.job.preemptions for r in running], dtype=np.int64)
-        self.job_elastic_room = np.array([r.replicas - r.job.fewest for r in running], dtype=np.int64)
-        self.job_replicas = np.array([r.replicas for r in running], dtype=np.int64)
-        self.job_gpu = np.array([r.job.shape.total_gpu_milli * r.replicas for r in running], dtype=np.float64)
-        self.job_cpu = np.array([r.job.shape.cpu_milli * r.replicas for r in running], dtype=np.float64)
-        self.job_mem = np.array([r.job.shape.memory_mib * r.replicas for r in running], dtype=np.float64)
+        facts = np.array(
+            [
+                (
+                    qpos[r.job.queue],
+                    r.job.priority,
+                    r.started,
+                    r.job.preemptions,
+                    r.job.fewest,
+                    r.job.checkpointable,
+                    r.demand[0],
+                    r.demand[1],
+                    r.demand[2],
+                )
+                for r in running
+            ],
+            dtype=np.float64,
+        ).reshape(-1, 9)
+        self.job_queue = facts[:, 0].astype(np.int64)
+        self.job_priority = facts[:, 1].astype(np.int64)
+        self.job_started = np.ascontiguousarray(facts[:, 2])
+        self.job_preemptions = facts[:, 3].astype(np.int64)
+        self.job_replicas = counts
+        self.job_elastic_room = counts - facts[:, 4].astype(np.int64)
+        self.job_gpu = np.ascontiguousarray(facts[:, 6])
+        self.job_cpu = np.ascontiguousarray(facts[:, 7])
+        self.job_mem = np.ascontiguousarray(facts[:, 8])
         self.by_id = {r.job.id: k for k, r in enumerate(running)}
         # Rows by node and by job, so a node's tasks or a victim's are a slice, not a scan.
         n = ctx.cluster.size
         self._node_order = np.argsort(self.node, kind="stable")
         self._node_start = np.searchsorted(self.node[self._node_order], np.arange(n + 1))
-        self._job_start = np.searchsorted(self.job, np.arange(len(running) + 1))  # rows are by job
-        per_job = np.array([_lost(ctx, r) / max(1, r.replicas) for r in running])
+        self._job_start = np.searchsorted(self.job, np.arange(n_jobs + 1))  # rows are by job
+        # What evicting each job loses (``_lost``), shared among its tasks, for every job at once.
+        gpus = self.job_gpu / 1000.0
+        checkpointable = facts[:, 5] > 0
+        ran = np.maximum(0.0, ctx.now - self.job_started)
+        lost = np.where(checkpointable, ctx.config.restart_overhead_s * gpus, ran * gpus)
+        per_job = lost / np.maximum(1, counts)
         self._task_lost: FloatArray = per_job[self.job] if per_job.size else np.zeros(0)
 
     def task_lost(self, ctx: CycleContext) -> FloatArray:

@@ -17,6 +17,7 @@ backs off for as long.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -71,7 +72,7 @@ def release_index(ctx: CycleContext) -> dict[int, Release]:
         job = ctx.pending_by_id.get(job_id)
         add(now + (ctx.estimate(job) if job is not None else est.default_s), placements)
     for items in index.values():
-        items.sort(key=lambda x: x[0])
+        items.sort()  # by end; the order among equal ends changes no slot (they share one time)
     ctx.release = index
     return index
 
@@ -98,15 +99,39 @@ def node_slots(ctx: CycleContext, node: int, shape: TaskShape, need: int) -> lis
 
 
 def earliest(ctx: CycleContext, job: Job, nodes: IntArray) -> tuple[tuple[int, ...], float] | None:
-    """The nodes of the ``fewest`` earliest slots among ``nodes``, and when the last one comes."""
+    """The nodes of the ``fewest`` earliest slots among ``nodes`` (ties: the lower node), and
+    when the last one comes.
+
+    Keeps the ``fewest`` best (time, node) pairs found so far and skips a node that cannot
+    beat the worst of them: it fits nothing now and its first release is no earlier (nodes come
+    in ascending order, so at an equal time the one kept wins).  On a cluster whose running
+    jobs end at similar times, most nodes are then never replayed."""
     need = job.fewest
-    slots: list[tuple[float, int]] = []
+    shape = job.shape
+    index = release_index(ctx)
+    c = ctx.cluster
+    best: list[tuple[float, int]] = []  # the best (time, node) pairs as (-time, -node): a max-heap
     for node in nodes.tolist():
-        slots += [(t, node) for t in node_slots(ctx, node, job.shape, need)]
-    if len(slots) < need:
+        if len(best) >= need:
+            worst = -best[0][0]
+            releases = index.get(node)
+            if (not releases or releases[0][0] >= worst) and (
+                ctx.now >= worst
+                or fit_count(int(c.cpu_free[node]), int(c.mem_free[node]), c.gpu_free[node].tolist(), shape)
+                == 0
+            ):
+                continue
+        for t in node_slots(ctx, node, shape, need):
+            item = (-t, -node)
+            if len(best) < need:
+                heapq.heappush(best, item)
+            elif item > best[0]:
+                heapq.heapreplace(best, item)
+            else:
+                break  # a node's slots come in time order: the rest are no earlier
+    if len(best) < need:
         return None
-    slots.sort()
-    chosen = slots[:need]
+    chosen = sorted((-t, -n) for t, n in best)
     return tuple(sorted({n for _, n in chosen})), chosen[-1][0]
 
 
