@@ -258,6 +258,27 @@ def test_an_elastic_job_shrinks_instead_of_a_job_being_preempted() -> None:
     assert (resize.job, resize.replicas, resize.removed, resize.by) == ("el", 2, (2,), "high")
 
 
+def test_a_young_checkpointable_elastic_job_is_shrunk_but_never_evicted_whole() -> None:
+    """``min_runtime_s`` protects a start from an eviction, not from a shrink, which keeps the
+    job running at one restart's cost: room an elastic job just grew into is given back."""
+    c = cluster(node("a", gpus=4))
+    elastic = job("el", replicas=4, min_replicas=1, priority=-100, checkpointable=True)
+    hold = [running(c, elastic, [(0, (g,)) for g in range(4)], started=4900.0)]  # 100 s ago
+    config = CycleConfig(profile(), min_runtime_s=600.0)
+    result = cycle(Snapshot(c, [job("high", gpus=2, priority=100)], hold), config, now=5000.0)
+    resize = next(i for i in result.intents if isinstance(i, Resize))
+    assert (resize.replicas, resize.removed) == (2, (2, 3)) and not result.of(Preempt)
+    # Asking for more than the shrink can give: nothing (the whole job is still protected).
+    result = cycle(Snapshot(c, [job("huge", gpus=4, priority=100)], hold), config, now=5000.0)
+    assert not result.of(Resize) and not result.of(Preempt)
+    # A young elastic job that cannot checkpoint keeps its protection whole.
+    rigid = replace(elastic, checkpointable=False)
+    c2 = cluster(node("a", gpus=4))
+    hold2 = [running(c2, rigid, [(0, (g,)) for g in range(4)], started=4900.0)]
+    result = cycle(Snapshot(c2, [job("high", gpus=2, priority=100)], hold2), config, now=5000.0)
+    assert not result.of(Resize) and not result.of(Preempt)
+
+
 def test_a_running_elastic_job_grows_into_idle_room() -> None:
     c = cluster(node("a", gpus=4))
     elastic = job("el", replicas=4, min_replicas=1, checkpointable=True)

@@ -5,6 +5,9 @@
 2. Who may be evicted for a job J (every rule must hold):
    * not J, not already leaving, started at least ``min_runtime_s`` ago, preempted fewer than
      ``max_preemptions`` times (a job cannot be bounced forever: Kueue #3779, Volcano #4808);
+     a checkpointable elastic job may be *shrunk* however young: a shrink keeps it running and
+     costs it one restart, while ``min_runtime_s`` protects a start from an eviction that puts
+     the job back in the queue (and room a job grew into is then given back when wanted);
    * and one of: **priority** (same queue, strictly lower priority); **starvation** (J waited past
      its queue's ``preempt-after``: strictly lower priority anywhere); **reclaim** (J's queue stays
      within its guarantee with J, the victim's queue uses more than its own guarantee and
@@ -112,6 +115,7 @@ class VictimIndex:
         self.job_preemptions = facts[:, 3].astype(np.int64)
         self.job_replicas = counts
         self.job_elastic_room = counts - facts[:, 4].astype(np.int64)
+        self.job_checkpointable = facts[:, 5] > 0
         self.job_gpu = np.ascontiguousarray(facts[:, 6])
         self.job_cpu = np.ascontiguousarray(facts[:, 7])
         self.job_mem = np.ascontiguousarray(facts[:, 8])
@@ -123,9 +127,8 @@ class VictimIndex:
         self._job_start = np.searchsorted(self.job, np.arange(n_jobs + 1))  # rows are by job
         # What evicting each job loses (``_lost``), shared among its tasks, for every job at once.
         gpus = self.job_gpu / 1000.0
-        checkpointable = facts[:, 5] > 0
         ran = np.maximum(0.0, ctx.now - self.job_started)
-        lost = np.where(checkpointable, ctx.config.restart_overhead_s * gpus, ran * gpus)
+        lost = np.where(self.job_checkpointable, ctx.config.restart_overhead_s * gpus, ran * gpus)
         per_job = lost / np.maximum(1, counts)
         self._task_lost: FloatArray = per_job[self.job] if per_job.size else np.zeros(0)
 
@@ -216,8 +219,8 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     cfg, now, idx = ctx.config, ctx.now, _index(ctx)
     n = len(idx.running)
     base = np.ones(n, dtype=np.bool_)
-    base &= idx.job_started <= now - cfg.min_runtime_s
-    young = idx.job_started > now - cfg.min_runtime_s
+    old = idx.job_started <= now - cfg.min_runtime_s
+    young = ~old
     if young.any():
         ctx.wake(float(idx.job_started[young].min()) + cfg.min_runtime_s)
     for j in ctx.evicting:
@@ -270,9 +273,9 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
             if reclaimable.any():
                 ok |= reclaimable
                 reasons.append("reclaim")
-    shrinkable = idx.job_elastic_room > 0
+    shrinkable = (idx.job_elastic_room > 0) & (old | idx.job_checkpointable)
     # A job bounced max_preemptions times is not evicted again; shrinking it is no preemption.
-    whole_ok = ok & base & (idx.job_preemptions < cfg.max_preemptions)
+    whole_ok = ok & base & old & (idx.job_preemptions < cfg.max_preemptions)
     return whole_ok | (ok & base & shrinkable), reasons
 
 
@@ -332,8 +335,9 @@ def _candidate_units(
         if idx.job_elastic_room[k] > 0:
             here.setdefault(k, set()).add(int(idx.task[row]))
             gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
-            if r.job.preemptions >= ctx.config.max_preemptions or gone:
-                continue
+            young = idx.job_started[k] > ctx.now - ctx.config.min_runtime_s
+            if r.job.preemptions >= ctx.config.max_preemptions or gone or young:
+                continue  # shrinks only
         units.setdefault(r.job.id, Unit(r, -1, _lost(ctx, r), r.job.priority))
     for k, tasks in here.items():
         r = idx.running[k]
