@@ -396,3 +396,30 @@ def test_the_pruned_earliest_slot_search_finds_what_replaying_every_node_finds()
             big = job(f"big{trial}", gpus=gpus, replicas=replicas)
             nodes = reserve.candidates(ctx, big)
             assert reserve.earliest(ctx, big, nodes) == brute(ctx, big, nodes), (trial, gpus, replicas)
+
+
+def test_after_a_preemption_the_release_rows_are_what_a_full_rebuild_gives() -> None:
+    """A committed preemption updates only its victims' nodes in the reservation stage's release
+    index (they now leave within their grace); that must equal rebuilding it from scratch."""
+    from shared.core.actions import allocate, enqueue, preempt, reserve
+    from shared.core.actions.context import CycleContext
+    from shared.core.queues import open_tree
+
+    c = cluster(node("a", gpus=4), node("b", gpus=4), node("c", gpus=2))
+    hold = []
+    for k, (n, g) in enumerate([(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1)]):
+        low = job(f"low{k}", priority=-100, checkpointable=k % 2 == 0, duration_s=100.0 * (k + 1))
+        hold.append(running(c, low, [(n, (g,))], started=0.0))
+    pending = [job("high", gpus=4, priority=100), job("mid", gpus=2, priority=0), job("one")]
+    snapshot = Snapshot(c, pending, hold)
+    ctx = CycleContext(
+        snapshot, CycleConfig(profile(), min_runtime_s=0), 5000.0, np.random.default_rng(0), open_tree(["q"])
+    )
+    enqueue.run(ctx)
+    allocate.run(ctx)
+    reserve.release_index(ctx)
+    preempt.run(ctx)
+    assert ctx.evicting, "the test needs a preemption"
+    kept = ctx.release
+    ctx.release = None
+    assert kept == reserve.release_index(ctx)

@@ -38,7 +38,7 @@ import numpy as np
 
 from shared.core.actions.context import CycleContext
 from shared.core.actions.reserve import fit_count
-from shared.core.cluster import BoolArray, IntArray
+from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.cycle import Preempt, Resize
 from shared.core.fragmentation import FloatArray
 from shared.core.framework import Code
@@ -479,6 +479,35 @@ def _take(job: Job, node: int, cpu: IntArray, mem: IntArray, gpu: IntArray) -> N
         row[free] = 0
 
 
+def release_nodes(ctx: CycleContext, nodes: set[int], idx: VictimIndex) -> None:
+    """Rebuild ``ctx.release`` for ``nodes`` exactly as :func:`reserve.release_index` builds it:
+    the running tasks there (those leaving end within the grace), then what this cycle placed."""
+    assert ctx.release is not None
+    est, now, grace = ctx.snapshot.estimator, ctx.now, ctx.config.grace_s
+    placed_on: dict[int, list[tuple[float, Placement]]] = {}
+    for job_id, placements in ctx.placed.items():
+        pending = ctx.pending_by_id.get(job_id)
+        end = now + (ctx.estimate(pending) if pending is not None else est.default_s)
+        for p in placements:
+            if p.node in nodes:
+                placed_on.setdefault(p.node, []).append((end, p))
+    for node in nodes:
+        rows: list[tuple[float, int, int, tuple[tuple[int, int], ...]]] = []
+        ends: list[tuple[float, Placement]] = []
+        for row in idx.rows_on(node).tolist():
+            r = idx.running[int(idx.job[row])]
+            end = now + grace if r.job.id in ctx.evicting else est.expected_end(r, now)
+            ends.append((end, idx.placement[row]))
+        for end, p in ends + placed_on.get(node, []):
+            t = p.task
+            rows.append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
+        rows.sort()
+        if rows:
+            ctx.release[node] = rows
+        else:
+            ctx.release.pop(node, None)
+
+
 def _commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[int, ...], why: str) -> None:
     cfg = ctx.config
     grace = 0.0
@@ -501,6 +530,12 @@ def _commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[i
         ctx.evicting.add(job_id)  # one change per job per cycle
         grace = max(grace, cfg.grace_s)
     ctx.add_usage(job, job.fewest)
-    ctx.release = None
+    if ctx.release is not None:
+        # The victims now leave within their grace: only their nodes' release rows change (a
+        # whole rebuild over every running task cost more than the rest of the search).
+        idx = _index(ctx)
+        leaving = {idx.by_id[u.running.job.id] for u in chosen.values()}
+        touched = {int(idx.node[row]) for k in leaving for row in idx.rows_of_job(k)}
+        release_nodes(ctx, touched, idx)
     timeout = ctx.now + grace + cfg.reserve_timeout_s
     ctx.hold(Reservation(job.id, nodes, ctx.now, ctx.now + grace, timeout, preemption=True))
