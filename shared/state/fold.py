@@ -131,6 +131,7 @@ class ClusterView:
         self._pending: dict[str, None] = {}
         self._active: dict[str, None] = {}  # placed or running
         self._changed: dict[str, None] = {}  # jobs touched since the last drain_changed()
+        self._feeds: dict[str, dict[str, None]] = {}  # more consumers' own changed sets (subscribe)
         self._ahead: set[int] = set()  # positions above ``position`` folded early (apply_ahead)
         self.queues: QueueTreeSpec | None = None  # the last QueuesApplied (None: none applied)
         self.conditions: dict[str, NodeCondition] = {}  # nodes cordoned or NotReady, ever
@@ -234,6 +235,8 @@ class ClusterView:
         job_id = event.stream.removeprefix("job-")
         record = self.jobs.get(job_id)
         self._changed[job_id] = None
+        for feed in self._feeds.values():
+            feed[job_id] = None
         kind = event.type
         if kind == "JobAdmitted":
             if record is None:
@@ -453,6 +456,24 @@ class ClusterView:
         """
         changed, self._changed = list(self._changed), {}
         return changed
+
+    def subscribe(self, name: str) -> None:
+        """Start a change feed of its own for another consumer (from now on; what happened
+        before is the consumer's to read from the view as it is)."""
+        self._feeds[name] = {}
+
+    def subscribed(self, name: str) -> bool:
+        return name in self._feeds
+
+    def drain_feed(self, name: str) -> list[str]:
+        """Ids of the jobs touched since the last call for ``name`` (see :meth:`subscribe`)."""
+        changed = list(self._feeds[name])
+        self._feeds[name] = {}
+        return changed
+
+    def active_ids(self) -> Iterable[str]:
+        """Ids of the jobs placed or running, in :meth:`active`'s order, without building records."""
+        return self._active.keys()
 
     def mark_changed(self, job_ids: Iterable[str]) -> None:
         """Hand ids back to the next :meth:`drain_changed` (their handling failed)."""

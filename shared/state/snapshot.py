@@ -24,10 +24,16 @@ class SnapshotBuilder:
     busy view holds thousands of running jobs; rebuilding them all per cycle cost more than the
     cycle).  Entries are keyed by the job stream's version, so a stale one is never used."""
 
-    def __init__(self) -> None:
+    def __init__(self, incremental: bool = True) -> None:
         self._jobs: dict[str, tuple[int, int, Job]] = {}
         self._running: dict[str, tuple[int, int, Running | None]] = {}
         self._cluster_id = 0
+        # Incremental: the running jobs are kept from one build to the next and only those the
+        # view's change feed names are looked at again (a busy view holds thousands).
+        self.incremental = incremental
+        self._feed = f"snapshot-{id(self)}"
+        self._view_id = 0
+        self._runs: dict[str, Running] = {}
 
     def job(self, r: JobRecord) -> Job:
         found = self._jobs.get(r.spec.id)
@@ -59,6 +65,27 @@ class SnapshotBuilder:
         self._running[r.spec.id] = (r.version, self._cluster_id, run)
         return run
 
+    def _scan(self, view: ClusterView) -> list[Running]:
+        return [run for r in view.active() if (run := self.running(view, r)) is not None]
+
+    def _running_jobs(self, view: ClusterView) -> list[Running]:
+        """The running jobs in the view's order: from the kept set, where only the jobs the
+        view's change feed names since the last build are looked at again."""
+        if id(view) != self._view_id or not view.subscribed(self._feed):
+            self._view_id = id(view)
+            view.subscribe(self._feed)
+            self._runs = {r.spec.id: run for r in view.active() if (run := self.running(view, r)) is not None}
+        else:
+            for job_id in view.drain_feed(self._feed):
+                self._runs.pop(job_id, None)
+                record = view.jobs.get(job_id)
+                if record is not None and record.status.active:
+                    run = self.running(view, record)
+                    if run is not None:
+                        self._runs[job_id] = run
+        runs = self._runs
+        return [runs[j] for j in view.active_ids() if j in runs]
+
     def build(
         self,
         view: ClusterView,
@@ -72,22 +99,12 @@ class SnapshotBuilder:
         if id(cluster) != self._cluster_id:  # a node registered: placements were re-taken
             self._cluster_id = id(cluster)
             self._running.clear()
+            self._view_id = 0  # every running job again
         if len(self._jobs) > 2 * len(view.jobs) + 1024:
             self._jobs = {k: v for k, v in self._jobs.items() if k in view.jobs}
             self._running = {k: v for k, v in self._running.items() if k in view.jobs}
         pending = [self.job(r) for r in view.pending()]
-        # The cached entry is looked up inline: thousands of running jobs are looked at per
-        # cycle, and a method call each cost more than the look-up itself.
-        cached, cluster_id = self._running, self._cluster_id
-        running = []
-        for r in view.active():
-            found = cached.get(r.spec.id)
-            if found is not None and found[0] == r.version and found[1] == cluster_id:
-                run = found[2]
-            else:
-                run = self.running(view, r)
-            if run is not None:
-                running.append(run)
+        running = self._running_jobs(view) if self.incremental else self._scan(view)
         return _snapshot(view, cluster, now, pending, running, actionable, preferred)
 
 
@@ -98,7 +115,7 @@ def build_snapshot(
     preferred: BoolArray | None = None,
 ) -> Snapshot | None:
     """A one-off snapshot (tests, ``tessera status``); services keep a :class:`SnapshotBuilder`."""
-    return SnapshotBuilder().build(view, now, actionable, preferred)
+    return SnapshotBuilder(incremental=False).build(view, now, actionable, preferred)
 
 
 def _snapshot(

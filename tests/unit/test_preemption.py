@@ -533,3 +533,43 @@ def test_a_job_that_ends_while_its_grow_waits_gives_the_added_room_back() -> Non
     assert log.view.jobs["el"].state == "finished"
     assert _free_gpus(log, "a") == [1000, 1000] and _free_gpus(log, "b") == [1000, 1000]
     assert decide(log.view, T0 + 101, _heard(log, T0 + 101), KNOBS) == []
+
+
+def test_a_kept_snapshot_builder_sees_every_change_a_fresh_one_sees() -> None:
+    """The placement worker's builder keeps its running jobs between cycles and looks again only
+    at the jobs the view's change feed names: through a grow, its eviction, a resize and a job's
+    end, each of its snapshots must hold what a snapshot built from scratch holds."""
+    from shared.state.snapshot import SnapshotBuilder, build_snapshot
+
+    log = Log()
+    _cluster(log)
+    _elastic_on_a(log)
+    kept = SnapshotBuilder()
+
+    def same() -> None:
+        now = log.clock
+        a, b = kept.build(log.view, now), build_snapshot(log.view, now)
+        assert a is not None and b is not None
+        assert [(r.job.id, r.placements, r.preempting) for r in a.running] == [
+            (r.job.id, r.placements, r.preempting) for r in b.running
+        ]
+
+    same()
+    _run(log, "other", "b", gpus=1)
+    same()
+    import numpy as np
+
+    from services.placement.handlers import plan
+
+    for e in plan(log.view, {"el"}, _grow_config(), T0 + 100, np.random.default_rng(0), builder=kept).events:
+        log.append_raw(e.stream, e.data)
+    same()
+    log.take(decide(log.view, T0 + 101, _heard(log, T0 + 101), KNOBS))
+    for t in (0, 1):
+        log.add("job-el", TaskStopped(job_id="el", node="a", task=t, checkpointed=True, ran_s=5.0))
+    same()
+    log.add("job-other", JobFinished(job_id="other", node="b"))
+    same()
+    log.take(decide(log.view, T0 + 102, _heard(log, T0 + 102), KNOBS))
+    same()
+    assert [r.job.id for r in build_snapshot(log.view, log.clock).running] == ["el"]  # type: ignore[union-attr]
