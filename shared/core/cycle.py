@@ -38,6 +38,7 @@ import numpy as np
 from shared.core.cluster import BoolArray, ClusterState, Placement
 from shared.core.framework import Profile, Status
 from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
+from shared.core.memo import CycleMemo, RunningDelta
 from shared.core.plugins.order.base import JobOrder
 from shared.core.plugins.order.priority_age import PriorityAge
 from shared.core.queues import QueueTree, open_tree
@@ -118,6 +119,11 @@ class Snapshot:
     still count for queue shares and orders."""
     preferred: BoolArray | None = None
     """Nodes to try first (a worker's own share), then any node."""
+    memo: CycleMemo | None = None
+    """Kept by a shell that runs cycle after cycle (``shared/core/memo.py``): speeds the next
+    cycle up, never changes what it decides."""
+    running_delta: RunningDelta | None = None
+    """How ``running`` differs from the shell's previous snapshot (None: not known)."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig, now: float, rng: np.rando
     if queues is None:
         names = {j.queue for j in snapshot.pending} | {r.job.queue for r in snapshot.running}
         queues = open_tree(sorted(names) or ["default"])
+    if snapshot.memo is not None:
+        preempt.follow_memo(snapshot)
     ctx = CycleContext(snapshot, config, now, rng, queues)
     enqueue.run(ctx)
     allocate.run(ctx)

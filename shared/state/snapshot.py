@@ -10,11 +10,13 @@ finished jobs for the estimator.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 
 from shared.core.cluster import BoolArray, ClusterState, Placement
 from shared.core.cycle import Snapshot
 from shared.core.jobs import Job, Reservation, Running
 from shared.core.lifecycle import Phase
+from shared.core.memo import CycleMemo, RunningDelta
 from shared.state.fold import ClusterView, JobRecord
 from shared.state.wire import core_job, queue_tree
 
@@ -34,6 +36,9 @@ class SnapshotBuilder:
         self._feed = f"snapshot-{id(self)}"
         self._view_id = 0
         self._runs: dict[str, Running] = {}
+        self._generation = 0
+        self._delta: RunningDelta | None = None
+        self.memo = CycleMemo() if incremental else None
 
     def job(self, r: JobRecord) -> Job:
         found = self._jobs.get(r.spec.id)
@@ -69,22 +74,30 @@ class SnapshotBuilder:
         return [run for r in view.active() if (run := self.running(view, r)) is not None]
 
     def _running_jobs(self, view: ClusterView) -> list[Running]:
-        """The running jobs in the view's order: from the kept set, where only the jobs the
-        view's change feed names since the last build are looked at again."""
+        """The running jobs, kept from one build to the next: only the jobs the view's change
+        feed names since the last build are looked at again; a changed job leaves the list and
+        comes back at its end, and the snapshot says so (``RunningDelta``), so the cycle's memo
+        follows it instead of laying every running task out again."""
+        self._generation += 1
         if id(view) != self._view_id or not view.subscribed(self._feed):
             self._view_id = id(view)
             view.subscribe(self._feed)
             self._runs = {r.spec.id: run for r in view.active() if (run := self.running(view, r)) is not None}
+            self._delta = None
         else:
+            removed: set[str] = set()
+            appended = 0
             for job_id in view.drain_feed(self._feed):
-                self._runs.pop(job_id, None)
+                if self._runs.pop(job_id, None) is not None:
+                    removed.add(job_id)
                 record = view.jobs.get(job_id)
                 if record is not None and record.status.active:
                     run = self.running(view, record)
                     if run is not None:
                         self._runs[job_id] = run
-        runs = self._runs
-        return [runs[j] for j in view.active_ids() if j in runs]
+                        appended += 1
+            self._delta = RunningDelta(self._generation, self._generation - 1, frozenset(removed), appended)
+        return list(self._runs.values())
 
     def build(
         self,
@@ -104,8 +117,11 @@ class SnapshotBuilder:
             self._jobs = {k: v for k, v in self._jobs.items() if k in view.jobs}
             self._running = {k: v for k, v in self._running.items() if k in view.jobs}
         pending = [self.job(r) for r in view.pending()]
-        running = self._running_jobs(view) if self.incremental else self._scan(view)
-        return _snapshot(view, cluster, now, pending, running, actionable, preferred)
+        if not self.incremental:
+            return _snapshot(view, cluster, now, pending, self._scan(view), actionable, preferred)
+        running = self._running_jobs(view)
+        snapshot = _snapshot(view, cluster, now, pending, running, actionable, preferred)
+        return replace(snapshot, memo=self.memo, running_delta=self._delta)
 
 
 def build_snapshot(

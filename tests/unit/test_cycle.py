@@ -423,3 +423,68 @@ def test_after_a_preemption_the_release_rows_are_what_a_full_rebuild_gives() -> 
     kept = ctx.release
     ctx.release = None
     assert kept == reserve.release_index(ctx)
+
+
+def test_a_memo_that_follows_the_running_jobs_changes_no_decision() -> None:
+    """A shell's memo keeps the victim rows between cycles and follows each snapshot's delta
+    (jobs gone, changed jobs moved to the end, new ones appended): over a run of such
+    snapshots, every cycle must decide exactly what it decides without the memo, and the rows
+    must be those laid out from scratch."""
+    from shared.core.actions.preempt import VictimRows
+    from shared.core.memo import CycleMemo, RunningDelta
+
+    rng = np.random.default_rng(3)
+    c = cluster(*(node(f"n{i}", gpus=4) for i in range(6)))
+    runs: dict[str, Running] = {}
+    serial = 0
+
+    def start(started: float) -> None:
+        nonlocal serial
+        free = [(n, g) for n in range(c.size) for g in range(4) if c.gpu_free[n, g] == 1000]
+        if not free:
+            return
+        n, g = free[int(rng.integers(len(free)))]
+        queue = str(rng.choice(["qa", "qb", "qc"]))
+        j = job(
+            f"r{serial}", queue=queue, priority=int(rng.choice([-100, 0])), checkpointable=bool(serial % 2)
+        )
+        runs[j.id] = running(c, j, [(n, (g,))], started=started)
+        serial += 1
+
+    for _ in range(20):
+        start(0.0)
+    memo = CycleMemo()
+    config = CycleConfig(profile(), min_runtime_s=0)
+    for generation in range(1, 9):
+        removed: set[str] = set()
+        appended = 0
+        for job_id in list(runs)[:: int(rng.integers(3, 6))]:  # some end
+            for p in runs.pop(job_id).placements:
+                c.remove(p)
+            removed.add(job_id)
+        for job_id in list(runs)[:: int(rng.integers(4, 8))]:  # some change: out, then in at the end
+            r = runs.pop(job_id)
+            runs[job_id] = Running(r.job, r.placements, r.started + 1.0)
+            removed.add(job_id)
+            appended += 1
+        before = len(runs)
+        for _ in range(int(rng.integers(0, 6))):
+            start(float(generation))
+        appended += len(runs) - before
+        delta = RunningDelta(generation, generation - 1, frozenset(removed), appended)
+        pending = [
+            job(f"hi{generation}-{k}", gpus=int(rng.choice([1, 2, 4])), priority=100, queue="qa")
+            for k in range(3)
+        ]
+        plain = Snapshot(c, pending, list(runs.values()))
+        with_memo = replace(plain, memo=memo, running_delta=delta)
+        expect = cycle(plain, config, now=5000.0)
+        got = cycle(with_memo, config, now=5000.0)
+        assert got.intents == expect.intents and got.unschedulable == expect.unschedulable
+        if isinstance(memo.victim_rows, VictimRows):
+            fresh = VictimRows.of(list(runs.values()))
+            kept = memo.victim_rows
+            assert kept.ids.tolist() == fresh.ids.tolist()
+            assert (kept.table == fresh.table).all() and (kept.facts == fresh.facts).all()
+            assert (kept.counts == fresh.counts).all()
+    assert isinstance(memo.victim_rows, VictimRows) and memo.generation == 8

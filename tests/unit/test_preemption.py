@@ -550,9 +550,9 @@ def test_a_kept_snapshot_builder_sees_every_change_a_fresh_one_sees() -> None:
         now = log.clock
         a, b = kept.build(log.view, now), build_snapshot(log.view, now)
         assert a is not None and b is not None
-        assert [(r.job.id, r.placements, r.preempting) for r in a.running] == [
+        assert sorted((r.job.id, r.placements, r.preempting) for r in a.running) == sorted(
             (r.job.id, r.placements, r.preempting) for r in b.running
-        ]
+        )
 
     same()
     _run(log, "other", "b", gpus=1)

@@ -32,17 +32,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from shared.core.actions.context import CycleContext
 from shared.core.actions.reserve import fit_count
 from shared.core.cluster import BoolArray, IntArray, Placement
-from shared.core.cycle import Preempt, Resize
+from shared.core.cycle import Preempt, Resize, Snapshot
 from shared.core.fragmentation import FloatArray
 from shared.core.framework import Code
 from shared.core.jobs import Job, Reservation, Running
+from shared.core.memo import RunningDelta
 from shared.core.task import TaskShape
 
 MAX_NODES_EXAMINED = 16
@@ -68,34 +71,43 @@ class Unit:
         return self.task >= 0
 
 
-class VictimIndex:
-    """Per cycle, the running tasks as arrays (node, priority, queue, start, ...) so that one
-    preemptor's eligible victims and each node's evictable room are a few numpy operations."""
+class VictimRows:
+    """The running tasks laid out as arrays, in the snapshot's order of its running jobs: a pure
+    function of that list.  A shell that runs cycle after cycle keeps it in its memo
+    (``shared/core/memo.py``) and it follows the snapshot's ``RunningDelta`` (the jobs that left,
+    the ones appended), so a cycle pays for the jobs that changed, not for every running task."""
 
-    def __init__(self, ctx: CycleContext) -> None:
-        # Built every cycle that looks for victims, over every running task (tens of thousands
-        # live): each job's rows come laid out already (``Running.task_rows``), and the arrays
-        # are made from a few flat lists rather than one pass per column.
-        running = list(ctx.snapshot.running)
-        self.running = running
-        n_jobs = len(running)
-        counts = np.fromiter((len(r.placements) for r in running), dtype=np.int64, count=n_jobs)
-        flat = [row for r in running for row in r.task_rows]
-        table = np.array(flat, dtype=np.int64).reshape(-1, 5)
-        self.job = np.repeat(np.arange(n_jobs, dtype=np.int64), counts)
-        self.task = np.ascontiguousarray(table[:, 0])
-        self.node = np.ascontiguousarray(table[:, 1])
-        self.cpu = np.ascontiguousarray(table[:, 2])
-        self.mem = np.ascontiguousarray(table[:, 3])
-        self.gpu = np.ascontiguousarray(table[:, 4])
-        self.placement = [p for r in running for p in r.placements]
-        qnames = sorted({r.job.queue for r in running})
-        qpos = {q: i for i, q in enumerate(qnames)}
-        self.queue_names = qnames
+    FACTS = 8  # priority, started, preemptions, fewest, checkpointable, milli-GPU, milli-CPU, MiB
+
+    def __init__(
+        self,
+        ids: npt.NDArray[np.object_],
+        counts: IntArray,
+        table: IntArray,
+        facts: FloatArray,
+        queues: IntArray,
+        queue_codes: dict[str, int],
+    ) -> None:
+        self.ids = ids  # job id per job
+        self.counts = counts  # tasks per job
+        self.table = table  # per task: index, node, milli-CPU, MiB, milli-GPU
+        self.facts = facts  # per job: FACTS
+        self.queues = queues  # per job: a code of its queue (queue_codes)
+        self.queue_codes = queue_codes  # queue name -> code, only ever grows
+
+    @classmethod
+    def of(cls, running: Sequence[Running], queue_codes: dict[str, int] | None = None) -> VictimRows:
+        codes = dict(queue_codes or {})
+        for r in running:
+            codes.setdefault(r.job.queue, len(codes))
+        n = len(running)
+        ids = np.empty(n, dtype=object)
+        ids[:] = [r.job.id for r in running]
+        counts = np.fromiter((len(r.placements) for r in running), dtype=np.int64, count=n)
+        table = np.array([row for r in running for row in r.task_rows], dtype=np.int64).reshape(-1, 5)
         facts = np.array(
             [
                 (
-                    qpos[r.job.queue],
                     r.job.priority,
                     r.started,
                     r.job.preemptions,
@@ -108,18 +120,103 @@ class VictimIndex:
                 for r in running
             ],
             dtype=np.float64,
-        ).reshape(-1, 9)
-        self.job_queue = facts[:, 0].astype(np.int64)
-        self.job_priority = facts[:, 1].astype(np.int64)
-        self.job_started = np.ascontiguousarray(facts[:, 2])
-        self.job_preemptions = facts[:, 3].astype(np.int64)
+        ).reshape(-1, cls.FACTS)
+        queues = np.fromiter((codes[r.job.queue] for r in running), dtype=np.int64, count=n)
+        return cls(ids, counts, table, facts, queues, codes)
+
+    def follow(self, delta: RunningDelta, running: Sequence[Running]) -> VictimRows:
+        """The rows of ``running``, which is this list less ``delta.removed`` plus its last
+        ``delta.appended`` entries."""
+        keep = np.ones(len(self.ids), dtype=np.bool_)
+        if delta.removed:
+            where = dict(zip(self.ids.tolist(), range(len(self.ids)), strict=True))
+            for job in delta.removed:
+                k = where.get(job)
+                if k is not None:
+                    keep[k] = False
+        new = None
+        if delta.appended:
+            new = VictimRows.of(running[len(running) - delta.appended :], self.queue_codes)
+        rows = np.repeat(keep, self.counts)
+        parts = [(self.ids[keep], self.counts[keep], self.table[rows], self.facts[keep], self.queues[keep])]
+        codes = self.queue_codes
+        if new is not None:
+            parts.append((new.ids, new.counts, new.table, new.facts, new.queues))
+            codes = new.queue_codes
+        ids, counts, table, facts, queues = (np.concatenate(col) for col in zip(*parts, strict=True))
+        return VictimRows(ids, counts, table.reshape(-1, 5), facts.reshape(-1, self.FACTS), queues, codes)
+
+
+def follow_memo(snapshot: Snapshot) -> None:
+    """Bring the memo's rows to ``snapshot``'s running jobs, or drop them when the delta does not
+    start where they are (a later search then lays them out anew)."""
+    memo = snapshot.memo
+    if memo is None or not isinstance(memo.victim_rows, VictimRows):
+        return
+    delta = snapshot.running_delta
+    if delta is None or delta.previous != memo.generation:
+        memo.victim_rows, memo.generation = None, -1
+        return
+    memo.victim_rows = memo.victim_rows.follow(delta, snapshot.running)
+    memo.generation = delta.generation
+
+
+def _rows(snapshot: Snapshot) -> VictimRows:
+    memo, delta = snapshot.memo, snapshot.running_delta
+    kept = memo.victim_rows if memo is not None else None
+    if (
+        isinstance(kept, VictimRows)
+        and delta is not None
+        and memo is not None
+        and memo.generation == delta.generation
+    ):
+        return kept
+    rows = VictimRows.of(snapshot.running)
+    if memo is not None and delta is not None:
+        memo.victim_rows, memo.generation = rows, delta.generation
+    return rows
+
+
+class VictimIndex:
+    """Per cycle, the running tasks as arrays (node, priority, queue, start, ...) so that one
+    preemptor's eligible victims and each node's evictable room are a few numpy operations."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        # Built every cycle that looks for victims, over every running task (tens of thousands
+        # live): from rows each Running lays out once, kept between cycles where the shell
+        # keeps a memo (``VictimRows``); what depends on this cycle is a few numpy operations.
+        running = list(ctx.snapshot.running)
+        self.running = running
+        base = _rows(ctx.snapshot)
+        assert len(base.ids) == len(running), "victim rows out of step with the snapshot"
+        n_jobs = len(running)
+        counts = base.counts
+        table, facts = base.table, base.facts
+        self.job = np.repeat(np.arange(n_jobs, dtype=np.int64), counts)
+        self.task = np.ascontiguousarray(table[:, 0])
+        self.node = np.ascontiguousarray(table[:, 1])
+        self.cpu = np.ascontiguousarray(table[:, 2])
+        self.mem = np.ascontiguousarray(table[:, 3])
+        self.gpu = np.ascontiguousarray(table[:, 4])
+        # Queues by name order: the codes present, ranked by their names.
+        names = {c: q for q, c in base.queue_codes.items()}
+        present = np.unique(base.queues).tolist()
+        qnames = sorted(names[c] for c in present)
+        rank = np.zeros(len(base.queue_codes), dtype=np.int64)
+        for i, q in enumerate(qnames):
+            rank[base.queue_codes[q]] = i
+        self.queue_names = qnames
+        self.job_queue = rank[base.queues] if n_jobs else np.zeros(0, dtype=np.int64)
+        self.job_priority = facts[:, 0].astype(np.int64)
+        self.job_started = np.ascontiguousarray(facts[:, 1])
+        self.job_preemptions = facts[:, 2].astype(np.int64)
         self.job_replicas = counts
-        self.job_elastic_room = counts - facts[:, 4].astype(np.int64)
-        self.job_checkpointable = facts[:, 5] > 0
-        self.job_gpu = np.ascontiguousarray(facts[:, 6])
-        self.job_cpu = np.ascontiguousarray(facts[:, 7])
-        self.job_mem = np.ascontiguousarray(facts[:, 8])
-        self.by_id = {r.job.id: k for k, r in enumerate(running)}
+        self.job_elastic_room = counts - facts[:, 3].astype(np.int64)
+        self.job_checkpointable = facts[:, 4] > 0
+        self.job_gpu = np.ascontiguousarray(facts[:, 5])
+        self.job_cpu = np.ascontiguousarray(facts[:, 6])
+        self.job_mem = np.ascontiguousarray(facts[:, 7])
+        self.by_id = dict(zip(base.ids.tolist(), range(n_jobs), strict=True))
         # Rows by node and by job, so a node's tasks or a victim's are a slice, not a scan.
         n = ctx.cluster.size
         self._node_order = np.argsort(self.node, kind="stable")
@@ -131,6 +228,9 @@ class VictimIndex:
         lost = np.where(self.job_checkpointable, ctx.config.restart_overhead_s * gpus, ran * gpus)
         per_job = lost / np.maximum(1, counts)
         self._task_lost: FloatArray = per_job[self.job] if per_job.size else np.zeros(0)
+
+    def placement(self, row: int) -> Placement:
+        return self.running[int(self.job[row])].placements[int(self.task[row])]
 
     def task_lost(self, ctx: CycleContext) -> FloatArray:
         """Per task row, its job's GPU-seconds lost if evicted, shared among its tasks."""
@@ -378,7 +478,7 @@ def _units_until_fit(
             if u.shrink:
                 shrunk.add(u.job_id)
             for row in _rows_of(idx, u, node):
-                p = idx.placement[row]
+                p = idx.placement(row)
                 c += p.task.cpu_milli
                 m += p.task.memory_mib
                 for i in p.gpus:
@@ -458,7 +558,7 @@ def _rows_of(idx: VictimIndex, u: Unit, node: int | None = None) -> list[int]:
 
 def _free(idx: VictimIndex, u: Unit, cpu: IntArray, mem: IntArray, gpu: IntArray) -> None:
     for row in _rows_of(idx, u):
-        p = idx.placement[row]
+        p = idx.placement(row)
         cpu[p.node] += p.task.cpu_milli
         mem[p.node] += p.task.memory_mib
         for g in p.gpus:
@@ -497,7 +597,7 @@ def release_nodes(ctx: CycleContext, nodes: set[int], idx: VictimIndex) -> None:
         for row in idx.rows_on(node).tolist():
             r = idx.running[int(idx.job[row])]
             end = now + grace if r.job.id in ctx.evicting else est.expected_end(r, now)
-            ends.append((end, idx.placement[row]))
+            ends.append((end, idx.placement(row)))
         for end, p in ends + placed_on.get(node, []):
             t = p.task
             rows.append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
