@@ -370,7 +370,7 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
             record.spec.id,
             record.spec.tenant,
             record.spec.queue,
-            record.state,
+            record.activity,
             ",".join(sorted({b.node for b in record.bindings})),
         )
     console.print(recent)

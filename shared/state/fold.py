@@ -81,6 +81,19 @@ class JobRecord:
     def shape(self) -> TaskShape:
         return task_shape(self.spec)
 
+    @property
+    def activity(self) -> str:
+        """The state as an operator reads it: a resize in flight says which way and to what."""
+        if self.status.phase != Phase.PREEMPTING:
+            return self.state
+        request = self.eviction or self.request or {}
+        if self.growing or request.get("type") == "JobGrowRequested":
+            return f"growing {len(self.bindings)}->{len(self.bindings) + len(self.growing)}"
+        resize_to = request.get("resize_to")
+        if resize_to is not None:
+            return f"shrinking {len(self.bindings)}->{resize_to}"
+        return self.state
+
     def nodes(self) -> set[str]:
         """Nodes the current placement binds, and those a grow in flight took room on."""
         return {b.node for b in self.bindings} | {b.node for b in self.growing}

@@ -316,6 +316,7 @@ def _shrink_requested() -> Log:
 
 def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_held() -> None:
     log = _shrink_requested()
+    assert log.view.jobs["el"].activity == "shrinking 2->1"
     steps = decide(log.view, T0, _heard(log, T0), KNOBS)
     assert _types(steps) == ["EvictionStarted"] and steps[0].events[0].data["resize_to"] == 1
     log.take(steps)
@@ -484,6 +485,7 @@ def test_a_grow_takes_its_room_at_once_restarts_every_task_and_runs_at_the_new_s
     assert grow is not None and grow["replicas"] == 4 and grow["grace_s"] == 7.0
     assert [(b.task, b.node) for b in record.growing] == [(2, "b"), (3, "b")]
     assert record.state == "preempting" and _free_gpus(log, "b") == [0, 0]  # taken at once
+    assert record.activity == "growing 2->4"  # what `tessera status` shows
     again = from_snapshot(to_snapshot(log.view))  # a restart mid-grow holds the same room
     assert again.cluster is not None and [
         int(g) for g in again.cluster.gpu_free[again.cluster.index["b"]]
