@@ -111,6 +111,9 @@ class _Sim:
     last_jain: float = -1e18
     cycles: int = 0
     preemptions: int = 0
+    # Each running job's snapshot entry, kept while it is the same run (token), evicting or not,
+    # of the same Job and attained service: most of them carry over from cycle to cycle.
+    kept: dict[str, tuple[int, bool, Job, float, Running]] = field(default_factory=dict)
 
     def push(self, t: float, kind: int, job: str, token: int = 0) -> None:
         heapq.heappush(self.events, (t, kind, self.seq, job, token))
@@ -178,15 +181,32 @@ class _Sim:
     # -- the cycle ---------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         pending = [self.runs[j].job for j in self.pending]
-        running = [
-            Running(
-                replace(r.job, attained_gpu_s=r.attained_gpu_s) if self.config.order.preemptive else r.job,
+        preemptive = self.config.order.preemptive
+        kept = self.kept
+        running = []
+        for j in self.running:
+            r = self.runs[j]
+            attained = r.attained_gpu_s if preemptive else 0.0
+            found = kept.get(j)
+            if (
+                found is not None
+                and found[0] == r.token
+                and found[1] == r.evicting
+                and found[2] is r.job
+                and found[3] == attained
+            ):
+                running.append(found[4])
+                continue
+            entry = Running(
+                replace(r.job, attained_gpu_s=attained) if preemptive else r.job,
                 tuple(r.placements),
                 r.started,
                 preempting=r.evicting,
             )
-            for r in (self.runs[j] for j in self.running)
-        ]
+            kept[j] = (r.token, r.evicting, r.job, attained, entry)
+            running.append(entry)
+        if len(kept) > 2 * len(self.running) + 1024:
+            self.kept = {j: kept[j] for j in self.running if j in kept}
         return Snapshot(
             cluster=self.cluster,
             pending=pending,
