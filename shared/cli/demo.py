@@ -5,7 +5,10 @@ nodes (every node kind kept, 33 nodes / 159 GPUs), three teams' queues with guar
 and 25% of the GPUs, and the first 1,200 openb pods (by creation time) produced to Kafka at 40 jobs/s
 with their run times divided by 60 and capped at 30 s, which offers about 1.6 times what the
 cluster holds while they arrive.  Ten seconds in, a gang of three 8-GPU workers is submitted: it
-waits, reserves the nodes it will use while they drain, and starts whole.
+waits, reserves the nodes it will use while they drain, and starts whole.  Right after it, an
+elastic training job of one to four 8-GPU replicas (``elastic: "1:4"``, checkpointable): it starts
+with as many as fit, and grows into the room the other jobs leave (each resize restarts its
+replicas from their checkpoint at the new world size).
 
 At the end the same jobs (the moments they were produced, their run times) are replayed by the
 timeline simulator under ``fifo`` and ``tessera`` on the same nodes and queues: the live run
@@ -38,6 +41,7 @@ from shared.cli.simulate import node_sample
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.core.task import NodeSpec
+from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
 from shared.sim.metrics import SIZE_CLASSES, size_class, window_utilisation
@@ -54,6 +58,8 @@ TEAMS = {"nlp": 0.40, "vision": 0.35, "speech": 0.25}
 """Each team's queue and its guaranteed share of the GPUs; pods go to a team by a hash of their name."""
 GANG_ID = "demo-gang"
 GANG_REPLICAS = 3
+ELASTIC_ID = "demo-elastic"
+ELASTIC_RANGE = (1, 4)
 DATABASE = "tessera_demo"
 
 
@@ -62,7 +68,7 @@ class DemoPlan:
     nodes: list[NodeSpec]
     tree: QueueTreeSpec
     jobs: list[JobSpec]  # in the order they are produced
-    gang_after: int  # the gang is produced after this many trace jobs
+    gang_after: int  # the gang is produced after this many trace jobs, the elastic job after it
 
     @property
     def total_gpus(self) -> int:
@@ -118,7 +124,21 @@ def plan(
             "checkpointable": True,
         }
     )
-    jobs.insert(min(gang_after, len(jobs)), gang)
+    elastic = JobSpec.model_validate(
+        {
+            "id": f"{ELASTIC_ID}-{tag}",
+            "tenant": "vision",
+            "queue": "vision",
+            "workload": "training",
+            "replicas": ELASTIC_RANGE[1],
+            "elastic": f"{ELASTIC_RANGE[0]}:{ELASTIC_RANGE[1]}",
+            "resources": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8},
+            "duration-s": cap_s,
+            "checkpointable": True,
+        }
+    )
+    at = min(gang_after, len(jobs))
+    jobs[at:at] = [gang, elastic]
     return DemoPlan(sample, tree, jobs, gang_after)
 
 
@@ -131,7 +151,8 @@ def as_workload(p: DemoPlan, sent: dict[str, float]) -> Workload:
             queue=s.queue,
             tenant=s.tenant,
             shape=task_shape(s),
-            replicas=s.replicas,
+            replicas=s.max_replicas,
+            min_replicas=s.min_replicas if s.min_replicas < s.max_replicas else 0,
             submit=sent[s.id] - t0,
             work_s=float(s.duration_s or 1.0),
             priority=s.effective_priority,
@@ -233,6 +254,7 @@ async def run_live(
     busiest: Table | None = None
     deadline = float("inf")
     gang_id = p.jobs[p.gang_after].id
+    elastic_id = p.jobs[p.gang_after + 1].id
     try:
         while time.time() < deadline:
             began = time.time()
@@ -248,11 +270,14 @@ async def run_live(
                 deadline = time.time() + settle_s
             ended = sum(1 for j in ids if j in view.jobs and view.jobs[j].status.terminal)
             gang = view.jobs.get(gang_id)
+            el = view.jobs.get(elastic_id)
             used = 100 * cluster.used_gpu_milli() / cluster.total_gpu_milli if cluster else 0.0
             progress.update(
                 bar,
                 completed=ended,
-                description=f"GPUs {used:.0f}% | gang {gang.state if gang else 'not yet'} | jobs ended",
+                description=f"GPUs {used:.0f}% | gang {gang.state if gang else 'not yet'} | "
+                f"elastic {el.activity if el else 'not yet'} ({len(el.bindings) if el else 0} replicas) | "
+                "jobs ended",
             )
             if ended == len(ids):
                 break
@@ -278,9 +303,37 @@ async def run_live(
             console.print(f"gang {gang_id} ({GANG_REPLICAS} x 8 GPUs): " + ", ".join(steps))
             if "JobPlaced" in times:
                 live.gang_wait = times["JobPlaced"] - t0
+        if elastic_id in sent:
+            history = resize_history(await store.read_stream(f"job-{elastic_id}"), sent[elastic_id])
+            lo, hi = ELASTIC_RANGE
+            console.print(f"elastic {elastic_id} ({lo}-{hi} x 8 GPUs): " + ", ".join(history))
         return view, live, alloc, sent, busiest
     finally:
         await store.close()
+
+
+def resize_history(events: Sequence[RecordedEvent], sent: float) -> list[str]:
+    """An elastic job's life from its stream: when it was placed and with how many replicas,
+    each grow and shrink (asked, then done), and how it ended; times from when it was produced."""
+    out = ["produced at 0 s"]
+    for e in events:
+        at = e.recorded_at.timestamp() - sent
+        if e.type == "JobPlaced":
+            out.append(f"placed with {len(e.data['bindings'])} at +{at:.1f} s")
+        elif e.type == "JobGrowRequested":
+            out.append(f"grow to {e.data['replicas']} asked at +{at:.1f} s")
+        elif e.type == "PreemptionRequested" and e.data.get("resize_to") is not None:
+            out.append(f"shrink to {e.data['resize_to']} for {e.data['by_job']} asked at +{at:.1f} s")
+        elif e.type == "JobResized":
+            out.append(f"restarted with {e.data['replicas']} at +{at:.1f} s")
+        elif e.type == "JobPreempted":
+            out.append(f"preempted at +{at:.1f} s")
+    ends = [e for e in events if e.type in ("JobFinished", "JobFailed")]
+    if ends:
+        last = ends[-1]
+        word = "failed" if any(e.type == "JobFailed" for e in ends) else "finished"
+        out.append(f"{word} at +{last.recorded_at.timestamp() - sent:.1f} s")
+    return out
 
 
 def report(p: DemoPlan, live: Figures, fifo: Figures, ours: Figures, console: Console) -> None:

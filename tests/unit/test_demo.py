@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.cli.demo import GANG_ID, TEAMS, as_workload, plan
+from shared.cli.demo import ELASTIC_ID, GANG_ID, TEAMS, as_workload, plan
 from shared.cli.main import DEFAULT_PODS, TRACES
 from shared.sim.trace import load_nodes, load_pods
 
@@ -12,13 +12,17 @@ def test_the_plan_samples_every_node_kind_caps_run_times_and_inserts_the_gang() 
     p = plan(nodes, load_pods(DEFAULT_PODS), 1200, 0.02, 60.0, 30.0, "t", gang_after=400)
     kinds = {(n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib) for n in nodes}
     assert {(n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib) for n in p.nodes} == kinds
-    assert len(p.jobs) == 1201 and p.jobs[400].id == f"{GANG_ID}-t"
+    assert len(p.jobs) == 1202 and p.jobs[400].id == f"{GANG_ID}-t"
     assert p.jobs[400].replicas == 3 and p.jobs[400].min_replicas == 3
+    elastic = p.jobs[401]
+    assert elastic.id == f"{ELASTIC_ID}-t" and (elastic.min_replicas, elastic.max_replicas) == (1, 4)
+    assert elastic.checkpointable  # only checkpointable elastic jobs grow
     assert all(0 < (j.duration_s or 0) <= 30.0 for j in p.jobs)
     assert {j.queue for j in p.jobs} == set(TEAMS) and all(j.tenant == j.queue for j in p.jobs)
     guarantees = [q.guarantee.gpu or 0 for q in p.tree.queues]
     assert sum(guarantees) <= p.total_gpus
     w = as_workload(p, {j.id: 1000.0 + i / 40 for i, j in enumerate(p.jobs)})
-    assert len(w.jobs) == 1201 and w.jobs[0].submit == 0.0 and w.jobs[400].replicas == 3
+    assert len(w.jobs) == 1202 and w.jobs[0].submit == 0.0 and w.jobs[400].replicas == 3
+    assert (w.jobs[401].replicas, w.jobs[401].min_replicas) == (4, 1)  # elastic in the simulator too
     # At the demo's defaults it offers more than the cluster holds while the jobs arrive.
     assert w.offered_load() > 1.0
