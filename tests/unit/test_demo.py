@@ -26,3 +26,34 @@ def test_the_plan_samples_every_node_kind_caps_run_times_and_inserts_the_gang() 
     assert (w.jobs[401].replicas, w.jobs[401].min_replicas) == (4, 1)  # elastic in the simulator too
     # At the demo's defaults it offers more than the cluster holds while the jobs arrive.
     assert w.offered_load() > 1.0
+
+
+def test_the_elastic_jobs_history_reads_its_placement_resizes_and_end() -> None:
+    from datetime import UTC, datetime
+
+    from shared.cli.demo import resize_history
+    from shared.eventstore.port import RecordedEvent
+
+    def ev(t: float, kind: str, **data: object) -> RecordedEvent:
+        return RecordedEvent(0, "job-el", 0, kind, {"type": kind, **data}, {}, datetime.fromtimestamp(t, UTC))
+
+    b = {"task": 0, "node": "n", "cpu_milli": 1, "memory_mib": 1}
+    events = [
+        ev(105.0, "JobPlaced", bindings=[b]),
+        ev(106.0, "JobStarted"),
+        ev(120.0, "JobGrowRequested", replicas=3),
+        ev(121.5, "JobResized", replicas=3),
+        ev(130.0, "PreemptionRequested", resize_to=2, by_job="hi"),
+        ev(131.0, "JobResized", replicas=2),
+        ev(150.0, "JobFinished"),
+        ev(150.5, "JobFinished"),
+    ]
+    assert resize_history(events, 100.0) == [
+        "produced at 0 s",
+        "placed with 1 at +5.0 s",
+        "grow to 3 asked at +20.0 s",
+        "restarted with 3 at +21.5 s",
+        "shrink to 2 for hi asked at +30.0 s",
+        "restarted with 2 at +31.0 s",
+        "finished at +50.5 s",
+    ]
