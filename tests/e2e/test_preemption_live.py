@@ -211,7 +211,7 @@ async def test_an_elastic_job_grows_into_freed_room_and_restarts_all_replicas_at
 
     await start_process_stack(live)
     cpus = len(os.sched_getaffinity(0)) * 1000
-    block = process_job("block", "normal", "--steps", "8", "--step-s", "0.25").model_copy(
+    block = process_job("block", "normal", "--steps", "20", "--step-s", "0.25").model_copy(
         update={
             "resources": JobSpec.model_validate(
                 {"id": "x", "tenant": "t", "resources": {"cpu": f"{cpus // 2}m", "memory": "16Mi"}}
