@@ -147,6 +147,14 @@ async def test_the_preemption_service_killed_mid_eviction_resumes_it_from_the_lo
     assert preempted.data["checkpointed"]
 
 
+async def both_finish(live: LiveStack, other: str) -> tuple[list[RecordedEvent], list[RecordedEvent]]:
+    """Wait for ``other`` and the elastic job ``el`` to finish; the log, and ``el``'s events."""
+    states = await live.wait_terminal([other, "el"], timeout=120)
+    assert states == {other: "finished", "el": "finished"}
+    events = await log_of(live.settings.database_url)
+    return events, [e for e in events if e.stream == "job-el"]
+
+
 async def test_an_elastic_job_shrinks_instead_of_being_preempted_and_restarts_smaller(
     live: LiveStack, tmp_path: Path
 ) -> None:
@@ -178,10 +186,7 @@ async def test_an_elastic_job_shrinks_instead_of_being_preempted_and_restarts_sm
         }
     )
     await stack.submit([high], live.settings)
-    states = await live.wait_terminal(["high", "el"], timeout=120)
-    assert states == {"high": "finished", "el": "finished"}
-    events = await log_of(live.settings.database_url)
-    el = [e for e in events if e.stream == "job-el"]
+    events, el = await both_finish(live, "high")
     kinds_el = [e.type for e in el]
     assert "JobPreempted" not in kinds_el  # shrunk, not preempted
     request = next(e for e in el if e.type == "PreemptionRequested")
@@ -232,10 +237,7 @@ async def test_an_elastic_job_grows_into_freed_room_and_restarts_all_replicas_at
         }
     )
     await stack.submit([elastic], live.settings)
-    states = await live.wait_terminal(["block", "el"], timeout=120)
-    assert states == {"block": "finished", "el": "finished"}
-    events = await log_of(live.settings.database_url)
-    el = [e for e in events if e.stream == "job-el"]
+    events, el = await both_finish(live, "block")
     kinds_el = [e.type for e in el]
     assert "JobPreempted" not in kinds_el and kinds_el.count("JobGrowRequested") == 1, kinds_el
     placed = next(e for e in el if e.type == "JobPlaced")

@@ -278,16 +278,16 @@ def test_a_node_never_heard_counts_as_heard_at_the_service_start() -> None:
     assert leases.get("a", 0.0) == T0 + 5 and leases.get("b", 0.0) == T0 and leases["b"] == T0
 
 
-def _elastic(log: Log, job: str, node: str) -> None:
-    """An elastic 1:2 job running two 1-GPU replicas on ``node``."""
+def _elastic(log: Log, job: str, node: str, elastic: str = "1:2", priority: int = -100) -> None:
+    """A checkpointable elastic job of 1-GPU replicas (``elastic``: min:max) running two on ``node``."""
     spec = JobSpec.model_validate(
         {
             "id": job,
             "tenant": "t",
-            "priority": -100,
+            "priority": priority,
             "checkpointable": True,
-            "replicas": 2,
-            "elastic": "1:2",
+            "replicas": int(elastic.split(":")[1]),
+            "elastic": elastic,
             "resources": {"cpu": "1", "nvidia.com/gpu": 1},
         }
     )
@@ -429,28 +429,6 @@ def _grow_config(grace_s: float = 7.0) -> Any:
     return CycleConfig(profile, min_runtime_s=0, grace_s=grace_s)
 
 
-def _elastic_on_a(log: Log, job: str = "el") -> None:
-    """A checkpointable "2:4" elastic job of 1-GPU replicas running two on node a (which it fills)."""
-    spec = JobSpec.model_validate(
-        {
-            "id": job,
-            "tenant": "t",
-            "checkpointable": True,
-            "replicas": 4,
-            "elastic": "2:4",
-            "resources": {"cpu": "1", "nvidia.com/gpu": 1},
-        }
-    )
-    log.add(f"job-{job}", JobAdmitted(spec=spec))
-    bindings = [
-        TaskBinding(task=t, node="a", gpus=[t], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
-        for t in (0, 1)
-    ]
-    log.add(f"job-{job}", JobPlaced(job_id=job, bindings=bindings, policy="tessera", node_versions={}))
-    for t in (0, 1):
-        log.add(f"job-{job}", JobStarted(job_id=job, node="a", task=t))
-
-
 def _grow_requested() -> Log:
     """Node b is idle: the placement cycle grows the elastic job onto it."""
     import numpy as np
@@ -459,7 +437,7 @@ def _grow_requested() -> Log:
 
     log = Log()
     _cluster(log)
-    _elastic_on_a(log)
+    _elastic(log, "el", "a", elastic="2:4", priority=0)
     decision = plan(log.view, {"el"}, _grow_config(), T0 + 100, np.random.default_rng(0))
     assert [(e.stream, e.type) for e in decision.events] == [
         ("job-el", "JobGrowRequested"),
@@ -545,7 +523,7 @@ def test_a_kept_snapshot_builder_sees_every_change_a_fresh_one_sees() -> None:
 
     log = Log()
     _cluster(log)
-    _elastic_on_a(log)
+    _elastic(log, "el", "a", elastic="2:4", priority=0)
     kept = SnapshotBuilder()
 
     def same() -> None:
