@@ -488,3 +488,20 @@ def test_a_memo_that_follows_the_running_jobs_changes_no_decision() -> None:
             assert (kept.table == fresh.table).all() and (kept.facts == fresh.facts).all()
             assert (kept.counts == fresh.counts).all()
     assert isinstance(memo.victim_rows, VictimRows) and memo.generation == 8
+
+
+def test_an_elastic_job_does_not_grow_into_room_another_workers_waiting_job_can_use() -> None:
+    """A placement worker acts on its own jobs only: growth waits while a job it may not act on
+    (another worker's) could start in the idle room, which that worker is about to fill."""
+    c = cluster(node("a", gpus=4))
+    elastic = job("el", replicas=4, min_replicas=1, checkpointable=True)
+    hold = [running(c, elastic, [(0, (0,))])]
+    other = job("theirs", gpus=2)
+    mine = cycle(Snapshot(c, [other], hold, actionable=frozenset({"el"})))
+    assert not mine.of(Resize) and not mine.placed
+    # Alone (every job its own), the cycle places the waiting job and grows into what is left.
+    alone = cycle(Snapshot(c, [other], hold))
+    resize = next(i for i in alone.intents if isinstance(i, Resize))
+    assert "theirs" in alone.placed and resize.replicas == 2
+    # Nobody else waiting: it grows.
+    assert cycle(Snapshot(c, [], hold, actionable=frozenset({"el"}))).of(Resize)

@@ -8,7 +8,9 @@
    (queues furthest below their deserved share first), never past their queue's ``max``.  Only
    checkpointable ones: a grow restarts every replica at the new size (torchrun's elastic agent
    restarts all workers when the membership changes), and a job that cannot checkpoint would
-   start over.
+   start over.  Where the caller acts on some jobs only (one of several placement workers), no
+   job grows while a waiting job of another caller could start in the room left: that room is
+   about to be given to it, and growth takes only what nobody waiting can use.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _grow(ctx: CycleContext) -> None:
             and r.job.id not in ctx.evicting
         ):
             growing.append((ctx.share(r.job.queue), r.job.id, r.job, r.replicas))
-    if not growing:
+    if not growing or _others_fit(ctx):
         return
     growing.sort(key=lambda g: (g[0], g[1]))
     for _, _, job, have in growing:
@@ -81,3 +83,23 @@ def _grow(ctx: CycleContext) -> None:
         if added:
             ctx.touched.update(p.node for p in added)
             ctx.intents.append(Resize(job.id, have + len(added), tuple(added)))
+
+
+OTHERS_CHECKED = 32
+"""Distinct shapes of other callers' waiting jobs tried before growth (each a scoring pass)."""
+
+
+def _others_fit(ctx: CycleContext) -> bool:
+    """Whether a waiting job this caller may not act on could start a replica in the room left."""
+    if ctx.snapshot.actionable is None:
+        return False
+    shapes: set[object] = set()
+    for job in ctx.snapshot.pending:
+        if ctx.actionable(job) or job.id in ctx.placed or job.shape in shapes:
+            continue
+        if len(shapes) >= OTHERS_CHECKED:
+            break
+        shapes.add(job.shape)
+        if decide_one(ctx, job.shape, ctx.restriction(job)).status.ok:
+            return True
+    return False
