@@ -6,9 +6,10 @@ and 25% of the GPUs, and the first 1,200 openb pods (by creation time) produced 
 with their run times divided by 60 and capped at 30 s, which offers about 1.6 times what the
 cluster holds while they arrive.  Ten seconds in, a gang of three 8-GPU workers is submitted: it
 waits, reserves the nodes it will use while they drain, and starts whole.  Right after it, an
-elastic training job of one to four 8-GPU replicas (``elastic: "1:4"``, checkpointable): it starts
-with as many as fit, and grows into the room the other jobs leave (each resize restarts its
-replicas from their checkpoint at the new world size).
+elastic training job of one to four 8-GPU replicas (``elastic: "1:4"``, checkpointable, three
+times the longest trace job's run time): it starts with as many as fit, and grows into the room
+the other jobs leave once no waiting job can use it (each resize restarts its replicas from their
+checkpoint at the new world size).
 
 At the end the same jobs (the moments they were produced, their run times) are replayed by the
 timeline simulator under ``fifo`` and ``tessera`` on the same nodes and queues: the live run
@@ -133,7 +134,7 @@ def plan(
             "replicas": ELASTIC_RANGE[1],
             "elastic": f"{ELASTIC_RANGE[0]}:{ELASTIC_RANGE[1]}",
             "resources": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8},
-            "duration-s": cap_s,
+            "duration-s": 3 * cap_s,  # outlives the backlog, so it grows as the cluster drains
             "checkpointable": True,
         }
     )
@@ -202,7 +203,8 @@ def simulated(p: DemoPlan, sent: dict[str, float], policy: str) -> Figures:
     out = Figures()
     for j in r.jobs:
         out.waits[demo_class(j.spec.gpus)].append(j.waited)
-        out.gpu_s[j.spec.queue] = out.gpu_s.get(j.spec.queue, 0.0) + j.used_gpu_s
+        if not j.spec.id.startswith(ELASTIC_ID):  # it runs on alone after the others: not in the shares
+            out.gpu_s[j.spec.queue] = out.gpu_s.get(j.spec.queue, 0.0) + j.used_gpu_s
         if j.spec.id.startswith(GANG_ID):
             out.gang_wait = j.waited
     out.utilisation = window_utilisation(r)
@@ -262,9 +264,14 @@ async def run_live(
             cluster = view.cluster
             if not sending.done() and cluster is not None and cluster.total_gpu_milli:
                 alloc.append(100 * cluster.used_gpu_milli() / cluster.total_gpu_milli)
+                el = view.jobs.get(elastic_id)
+                el_gpus = 0.0
+                if el is not None and el.status.active:  # the shares compare the trace jobs and the gang
+                    el_gpus = el.shape.total_gpu_milli * (len(el.bindings) + len(el.growing)) / 1000
                 for q in queue_usage(view):
                     if q.name in TEAMS:
-                        live.gpu_s[q.name] = live.gpu_s.get(q.name, 0.0) + q.used_gpu
+                        used = q.used_gpu - (el_gpus if el is not None and el.spec.queue == q.name else 0.0)
+                        live.gpu_s[q.name] = live.gpu_s.get(q.name, 0.0) + used
             if sending.done() and busiest is None:
                 busiest = queue_table(view)  # type: ignore[assignment]
                 deadline = time.time() + settle_s
@@ -283,11 +290,17 @@ async def run_live(
                 break
             await asyncio.sleep(max(0.0, 1.0 - (time.time() - began)))
         sent = await sending
+        el_events = await store.read_stream(f"job-{elastic_id}")
+        # A resize restarts the job on a new placement: its wait ends at its first.
+        first = {
+            elastic_id: next((e.recorded_at.timestamp() for e in el_events if e.type == "JobPlaced"), 0.0)
+        }
         for s in p.jobs:
             r = view.jobs.get(s.id)
             if r is not None and r.placed_time and s.id in sent:
                 gpus = r.shape.total_gpu_milli * s.replicas / 1000
-                live.waits[demo_class(gpus)].append(max(0.0, r.placed_time - sent[s.id]))
+                placed = first.get(s.id) or r.placed_time
+                live.waits[demo_class(gpus)].append(max(0.0, placed - sent[s.id]))
         live.utilisation = float(np.mean(alloc)) if alloc else 0.0
         events = await store.read_stream(f"job-{gang_id}")
         times = {e.type: e.recorded_at.timestamp() for e in reversed(events)}
@@ -304,7 +317,7 @@ async def run_live(
             if "JobPlaced" in times:
                 live.gang_wait = times["JobPlaced"] - t0
         if elastic_id in sent:
-            history = resize_history(await store.read_stream(f"job-{elastic_id}"), sent[elastic_id])
+            history = resize_history(el_events, sent[elastic_id])
             lo, hi = ELASTIC_RANGE
             console.print(f"elastic {elastic_id} ({lo}-{hi} x 8 GPUs): " + ", ".join(history))
         return view, live, alloc, sent, busiest
@@ -346,7 +359,8 @@ def report(p: DemoPlan, live: Figures, fifo: Figures, ours: Figures, console: Co
     waits.add_row("the gang", "1", *(f"{g:.1f}" if g is not None else "—" for g in gang))
     console.print(waits)
     shares = Table(
-        title="share of the GPU-time each queue received (live: while jobs arrived; simulated: whole run)"
+        title="share of the GPU-time each queue's jobs received, the elastic job aside "
+        "(live: while jobs arrived; simulated: whole run)"
     )
     for col in ("queue", "guarantee", "live (tessera)", "simulated tessera", "simulated fifo"):
         shares.add_column(col, justify="left" if col == "queue" else "right")
