@@ -23,7 +23,7 @@ infra-down:
 infra-status:
 	infra/kafka.sh status; infra/postgres.sh status
 
-## demo: set everything up and run the main job: three teams' queues and a gang on a busy
+## demo: set everything up and run the main job: three teams' queues, a gang and an elastic job on a busy
 ##       2% sample of the openb cluster, live through Kafka and PostgreSQL (about 3 minutes),
 ##       then the same jobs simulated under FIFO and Tessera
 demo: infra-up
