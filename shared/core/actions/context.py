@@ -24,6 +24,15 @@ from shared.core.jobs import Job, Reservation, Running
 from shared.core.queues import QueueTree, demand_of, dominant_share
 from shared.core.statement import Statement
 
+ReleaseRow = tuple[float, int, int, tuple[tuple[int, int], ...]]
+"""A task's leaving: (when it is expected, milli-CPU, MiB, (GPU slot, milli) pairs it frees)."""
+
+
+def release_row(end: float, p: Placement) -> ReleaseRow:
+    t = p.task
+    return (end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus))
+
+
 _ZERO = (0.0, 0.0, 0.0)
 
 
@@ -50,7 +59,7 @@ class CycleContext:
     evicting: set[str] = field(default_factory=set)  # jobs already being preempted
     wake_at: float = float("inf")
     stopped: Status | None = None  # why allocate stopped early (strict order, budget), if it did
-    release: dict[int, list[tuple[float, int, int, tuple[tuple[int, int], ...]]]] | None = None
+    release: dict[int, list[ReleaseRow]] | None = None
     """Per node, what holds room there and when it is expected to go (``reserve.release_index``)."""
     lowest: dict[str, int] = field(default_factory=dict)
     """The lowest priority running in each queue ("" for the whole cluster), from enqueue."""
@@ -226,17 +235,28 @@ class CycleContext:
         allowed = self.snapshot.actionable
         return allowed is None or job.id in allowed
 
+    def leaves_at(self, r: Running) -> float:
+        """When a running job is expected to free its room: within the grace if it is being
+        evicted, else at its expected end."""
+        if r.job.id in self.evicting:
+            return self.now + self.config.grace_s
+        return self.snapshot.estimator.expected_end(r, self.now)
+
+    def placed_until(self, job_id: str) -> float:
+        """When a job this cycle placed is expected to end."""
+        job = self.pending_by_id.get(job_id)
+        return self.now + (self.estimate(job) if job is not None else self.snapshot.estimator.default_s)
+
     def record_place(self, job: Job, placements: list[Placement]) -> None:
         self.placed[job.id] = placements
         self.touched.update(p.node for p in placements)
         self.intents.append(Place(job.id, tuple(placements)))
         if self.release is not None:  # the new tasks hold room until their expected end
-            end = self.now + self.estimate(job)
+            end = self.placed_until(job.id)
             for p in placements:
-                t = p.task
                 rows = self.release.setdefault(p.node, [])
-                rows.append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
-                rows.sort(key=lambda x: x[0])
+                rows.append(release_row(end, p))
+                rows.sort()
         self.add_usage(job, len(placements))
         self.unschedulable.pop(job.id, None)
         self.drop_reservation(job.id)

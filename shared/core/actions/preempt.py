@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from shared.core.actions.context import CycleContext
+from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.actions.reserve import fit_count
 from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.cycle import Preempt, Resize, Snapshot
@@ -583,24 +583,18 @@ def release_nodes(ctx: CycleContext, nodes: set[int], idx: VictimIndex) -> None:
     """Rebuild ``ctx.release`` for ``nodes`` exactly as :func:`reserve.release_index` builds it:
     the running tasks there (those leaving end within the grace), then what this cycle placed."""
     assert ctx.release is not None
-    est, now, grace = ctx.snapshot.estimator, ctx.now, ctx.config.grace_s
-    placed_on: dict[int, list[tuple[float, Placement]]] = {}
+    placed_on: dict[int, list[ReleaseRow]] = {}
     for job_id, placements in ctx.placed.items():
-        pending = ctx.pending_by_id.get(job_id)
-        end = now + (ctx.estimate(pending) if pending is not None else est.default_s)
+        end = ctx.placed_until(job_id)
         for p in placements:
             if p.node in nodes:
-                placed_on.setdefault(p.node, []).append((end, p))
+                placed_on.setdefault(p.node, []).append(release_row(end, p))
     for node in nodes:
-        rows: list[tuple[float, int, int, tuple[tuple[int, int], ...]]] = []
-        ends: list[tuple[float, Placement]] = []
-        for row in idx.rows_on(node).tolist():
-            r = idx.running[int(idx.job[row])]
-            end = now + grace if r.job.id in ctx.evicting else est.expected_end(r, now)
-            ends.append((end, idx.placement(row)))
-        for end, p in ends + placed_on.get(node, []):
-            t = p.task
-            rows.append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
+        rows = [
+            release_row(ctx.leaves_at(idx.running[int(idx.job[row])]), idx.placement(row))
+            for row in idx.rows_on(node).tolist()
+        ]
+        rows += placed_on.get(node, [])
         rows.sort()
         if rows:
             ctx.release[node] = rows

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shared.core.actions.context import CycleContext
+from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.cluster import IntArray, Placement
 from shared.core.jobs import Job, Reservation
 from shared.core.task import MILLI, TaskShape
@@ -49,28 +49,21 @@ def fit_count(cpu: int, mem: int, gpu_row: list[int], shape: TaskShape) -> int:
     return min(counts) if counts else 64
 
 
-Release = list[tuple[float, int, int, tuple[tuple[int, int], ...]]]
-
-
-def release_index(ctx: CycleContext) -> dict[int, Release]:
+def release_index(ctx: CycleContext) -> dict[int, list[ReleaseRow]]:
     """Per node, (expected end, cpu, memory, (GPU slot, milli) pairs) of what holds room there,
     soonest first: running tasks, tasks placed earlier in this cycle, victims leaving."""
     if ctx.release is not None:
         return ctx.release
-    est, now, grace = ctx.snapshot.estimator, ctx.now, ctx.config.grace_s
-    index: dict[int, Release] = defaultdict(list)
+    index: dict[int, list[ReleaseRow]] = defaultdict(list)
 
     def add(end: float, placements: Sequence[Placement]) -> None:
         for p in placements:
-            t = p.task
-            index[p.node].append((end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus)))
+            index[p.node].append(release_row(end, p))
 
     for r in ctx.snapshot.running:
-        end = now + grace if r.job.id in ctx.evicting else est.expected_end(r, now)
-        add(end, r.placements)
+        add(ctx.leaves_at(r), r.placements)
     for job_id, placements in ctx.placed.items():
-        job = ctx.pending_by_id.get(job_id)
-        add(now + (ctx.estimate(job) if job is not None else est.default_s), placements)
+        add(ctx.placed_until(job_id), placements)
     for items in index.values():
         items.sort()  # by end; the order among equal ends changes no slot (they share one time)
     ctx.release = index
