@@ -56,6 +56,24 @@ class Unit:
     expected: dict[str, int] = field(default_factory=dict)
     placed: bool = False
 
+    def on_job(self, view: ClusterView, job_id: str, event: object) -> None:
+        """``event`` on the job's stream, expecting the version the view read (an earlier
+        event of this unit on that stream already set what it expects)."""
+        stream = job_stream(job_id)
+        self.events.append(_event(stream, event))
+        self.expected.setdefault(stream, view.jobs[job_id].version)
+
+    def on_nodes(self, versions: dict[str, int], event: object) -> None:
+        """``event`` on each node's stream, expecting the version the decision read."""
+        for node in sorted(versions):
+            self.events.append(_event(node_stream(node), event))
+            self.expected[node_stream(node)] = versions[node]
+
+    def ask(self, view: ClusterView, victim: str, request: PreemptionRequested) -> None:
+        """A victim's request (an eviction or a shrink): appended with its preemptor's unit."""
+        self.jobs.append(victim)
+        self.on_job(view, victim, request)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -152,11 +170,8 @@ def plan(
             )
             u = unit(intent.job)
             u.placed = True
-            u.events.append(_event(job_stream(intent.job), placed))
-            u.expected.setdefault(job_stream(intent.job), record.version)
-            for n in nodes:
-                u.events.append(_event(node_stream(n), placed))
-                u.expected[node_stream(n)] = versions[n]
+            u.on_job(view, intent.job, placed)
+            u.on_nodes(versions, placed)
         elif isinstance(intent, Reserve):
             r = intent.reservation
             event = JobReserved(
@@ -166,16 +181,12 @@ def plan(
                 timeout_at=r.timeout_at,
                 preemption=r.preemption,
             )
-            u = unit(r.job)
-            u.events.append(_event(job_stream(r.job), event))
-            u.expected.setdefault(job_stream(r.job), view.jobs[r.job].version)
+            unit(r.job).on_job(view, r.job, event)
         elif isinstance(intent, Release):
             released = ReservationReleased(
                 job_id=intent.job, reason=intent.reason, backoff_until=intent.backoff_until
             )
-            u = unit(intent.job)
-            u.events.append(_event(job_stream(intent.job), released))
-            u.expected.setdefault(job_stream(intent.job), view.jobs[intent.job].version)
+            unit(intent.job).on_job(view, intent.job, released)
         elif isinstance(intent, Preempt):
             victim = view.jobs[intent.victim]
             request = PreemptionRequested(
@@ -185,10 +196,7 @@ def plan(
                 reason=intent.reason,
                 attempt=victim.status.attempt,
             )
-            u = unit(intent.by)
-            u.jobs.append(intent.victim)
-            u.events.append(_event(job_stream(intent.victim), request))
-            u.expected.setdefault(job_stream(intent.victim), victim.version)
+            unit(intent.by).ask(view, intent.victim, request)
         elif isinstance(intent, Resize) and intent.removed and not intent.added:
             # A shrink for a preemptor: carried out by the preemption service like an eviction
             # (every task checkpoints and stops), ended by JobResized on the kept bindings.
@@ -201,10 +209,7 @@ def plan(
                 attempt=victim.status.attempt,
                 resize_to=intent.replicas,
             )
-            u = unit(intent.by)
-            u.jobs.append(intent.job)
-            u.events.append(_event(job_stream(intent.job), request))
-            u.expected.setdefault(job_stream(intent.job), victim.version)
+            unit(intent.by).ask(view, intent.job, request)
         elif isinstance(intent, Resize) and intent.added and not intent.removed:
             record = view.jobs[intent.job]
             first = intent.replicas - len(intent.added)  # new replicas are numbered after the old
@@ -221,11 +226,8 @@ def plan(
                 reason=f"grow from {first} to {intent.replicas} replicas into idle room",
             )
             u = unit(intent.job)
-            u.events.append(_event(job_stream(intent.job), grow))
-            u.expected.setdefault(job_stream(intent.job), record.version)
-            for n in nodes:
-                u.events.append(_event(node_stream(n), grow))
-                u.expected[node_stream(n)] = versions[n]
+            u.on_job(view, intent.job, grow)
+            u.on_nodes(versions, grow)
     reasons = {
         job: status.reason or status.plugin
         for job, status in result.unschedulable.items()

@@ -89,6 +89,14 @@ def _run(
     log.add(f"job-{job}", JobStarted(job_id=job, node=node))
 
 
+def _admit_high(log: Log, gpus: int) -> None:
+    """A high-priority job ``high`` of ``gpus`` GPUs, waiting."""
+    spec = JobSpec.model_validate(
+        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": gpus}}
+    )
+    log.add("job-high", JobAdmitted(spec=spec))
+
+
 def _heard(log: Log, at: float) -> dict[str, float]:
     return {n: at for n in log.view.inventories}
 
@@ -101,10 +109,7 @@ def test_a_requested_preemption_is_evicted_once_stopped_then_requeued_with_its_c
     log = Log()
     _cluster(log)
     _run(log, "victim", "a")
-    high = JobSpec.model_validate(
-        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 2}}
-    )
-    log.add("job-high", JobAdmitted(spec=high))
+    _admit_high(log, gpus=2)
     log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=20, reason="priority"))
     steps = decide(log.view, T0, _heard(log, T0), KNOBS)
     assert _types(steps) == ["EvictionStarted"]
@@ -231,10 +236,7 @@ def test_the_kept_watch_decides_what_a_full_rescan_decides() -> None:
 
     _run(log, "victim", "a")
     _run(log, "on-b", "b", gpus=1)
-    high = JobSpec.model_validate(
-        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 2}}
-    )
-    log.add("job-high", JobAdmitted(spec=high))
+    _admit_high(log, gpus=2)
     log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=5, reason="priority"))
     assert _types(step(T0)) == ["EvictionStarted"]
     log.add(
@@ -306,10 +308,7 @@ def _shrink_requested() -> Log:
     log = Log()
     _cluster(log)
     _elastic(log, "el", "a")
-    high = JobSpec.model_validate(
-        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 1}}
-    )
-    log.add("job-high", JobAdmitted(spec=high))
+    _admit_high(log, gpus=1)
     log.add("job-el", PreemptionRequested(job_id="el", by_job="high", grace_s=5, resize_to=1))
     return log
 
@@ -368,10 +367,7 @@ def test_the_placement_cycle_asks_an_elastic_job_to_shrink_rather_than_evicting_
     _cluster(log)
     _elastic(log, "el", "a")
     _run(log, "whole", "b")  # a 2-GPU best-effort job: evicting it would free room too
-    high = JobSpec.model_validate(
-        {"id": "high", "tenant": "t", "priority": 100, "resources": {"nvidia.com/gpu": 1}}
-    )
-    log.add("job-high", JobAdmitted(spec=high))
+    _admit_high(log, gpus=1)
     profile = build_profile("bestfit", TypicalWorkload.from_tasks([TaskShape(1000, 1024, 1, 1000)]))
     config = CycleConfig(profile, elastic=False, min_runtime_s=0, grace_s=7)
     decision = plan(log.view, {"high"}, config, T0 + 100, np.random.default_rng(0))
