@@ -67,6 +67,7 @@ POLICIES: dict[str, Callable[[Profile], CycleConfig]] = {
         **_OFF,
         min_runtime_s=0.0,
         max_preemptions=10**9,
+        weigh_loss=False,
         queue_depth=QUEUE_DEPTH,
     ),
     "sjf": lambda p: CycleConfig(p, order=ShortestFirst(), fair_share=False, **_OFF, queue_depth=QUEUE_DEPTH),

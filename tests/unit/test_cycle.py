@@ -226,6 +226,25 @@ def test_no_preemption_for_equal_priority_or_a_victim_younger_than_its_minimum_r
     assert result.wake_at == 4900.0 + CycleConfig(profile()).min_runtime_s
 
 
+def test_work_that_cannot_checkpoint_is_not_killed_for_a_job_whose_room_frees_sooner() -> None:
+    """``weigh_loss``: the victims' lost GPU-seconds against the preemptor's wait (so far plus
+    until its earliest slot, by the estimates) times its GPUs."""
+    c = cluster(node("a", gpus=1))
+    long = job("long", priority=-100, checkpointable=False, duration_s=36_000.0)  # ends at 36,000
+    hold = [running(c, long, [(0, (0,))])]
+    now = 35_400.0  # it would lose 35,400 GPU-s; the high job's room frees in 600 s
+    fresh = job("high", priority=100, submitted=now)
+    assert not cycle(Snapshot(c, [fresh], hold), now=now).of(Preempt)
+    unweighed = CycleConfig(profile(), weigh_loss=False)
+    assert [p.victim for p in cycle(Snapshot(c, [fresh], hold), unweighed, now=now).of(Preempt)] == ["long"]
+    # A job that has already waited as long as the victim ran may evict it.
+    old = job("high", priority=100, submitted=0.0)
+    assert [p.victim for p in cycle(Snapshot(c, [old], hold), now=now).of(Preempt)] == ["long"]
+    # A checkpointable victim loses one restart: evicted at once.
+    saved = [running(cluster(node("a", gpus=1)), replace(long, checkpointable=True), [(0, (0,))])]
+    assert [p.victim for p in cycle(Snapshot(c, [fresh], saved), now=now).of(Preempt)] == ["long"]
+
+
 def test_a_job_preempted_its_maximum_times_is_not_evicted_again() -> None:
     c, hold = _full_cluster()
     worn = [replace(r, job=replace(r.job, preemptions=3)) for r in hold]

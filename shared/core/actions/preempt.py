@@ -25,7 +25,9 @@
    always 0).  A job is either shrunk or evicted, never both at once.  A checkpointable
    victim checkpoints within its grace and loses only ``restart_overhead_s`` per GPU; any other
    loses everything since it started.
-5. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
+5. Worth it (``weigh_loss``): the eviction goes ahead only if the work the victims lose is no
+   more than the preemptor's wait costs, in GPU-seconds (:func:`_worth_it`).
+6. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
    they are gone) are the intents; nothing is placed yet.  Victims' usage leaves their queues at
    once, so later preemptors in the same cycle see what is already being freed.
 """
@@ -39,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.core.actions.context import CycleContext, ReleaseRow, release_row
+from shared.core.actions import reserve
 from shared.core.actions.reserve import fit_count
 from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.cycle import Preempt, Resize, Snapshot
@@ -411,8 +414,40 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
             _free(idx, u, cpu_free, mem_free, gpu_free)
         _take(job, node, cpu_free, mem_free, gpu_free)
         nodes.append(node)
+    if cfg.weigh_loss and not _worth_it(ctx, job, sum(u.lost_gpu_s for u in chosen.values())):
+        return False
     _commit(ctx, job, chosen, tuple(sorted(set(nodes))), "+".join(reasons))
     return True
+
+
+def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
+    """Whether evicting victims that would lose ``lost_gpu_s`` beats waiting for room.
+
+    Waiting costs the job its GPUs for its whole wait: the time it has waited plus the time
+    until its earliest slot by the run-time estimates (the slot a reservation would hold).
+    Counting the wait so far keeps an estimate that keeps sliding ("room in ten minutes", for
+    hours) from holding a job back forever.  Evicting costs the victims the work they lose.
+    Checkpointable victims lose one restart and almost always pass; a non-checkpointable
+    victim that ran for hours is not killed for a job that just arrived and whose room frees in
+    minutes (on openb, where best-effort pods cannot checkpoint, evicting them at once cost
+    them more than it gained the high-priority pods, whose waits it did not shorten).  Reclaim
+    for a queue within its guarantee is a promise and always passes, as does a job that would
+    never fit without evictions."""
+    if lost_gpu_s <= 0.0:
+        return True
+    if ctx.config.reclaim and ctx.within_guarantee(job, job.fewest):
+        return True
+    held = ctx.reservations.get(job.id)
+    if held is not None and not held.preemption:
+        start = held.expected_start
+    else:
+        found = reserve.earliest(ctx, job, reserve.candidates(ctx, job))
+        if found is None:
+            return True
+        start = found[1]
+    wait = max(0.0, start - ctx.now) + max(0.0, ctx.now - job.since)
+    waiting_gpu_s = wait * job.shape.total_gpu_milli * job.fewest / 1000.0
+    return waiting_gpu_s >= lost_gpu_s
 
 
 def _candidate_units(
