@@ -190,7 +190,7 @@ def test_two_blocked_gangs_never_hold_the_same_node() -> None:
         running(c, job(f"r{i}", gpus=4, duration_s=1000.0 * (i + 1)), [(i, (0, 1, 2, 3))]) for i in range(4)
     ]
     gangs = [job("g1", gpus=8, replicas=2, submitted=1.0), job("g2", gpus=8, replicas=2, submitted=2.0)]
-    config = CycleConfig(profile(), order=Fifo(), preempt=False, reclaim=False, reserve_min_gpus=0.0)
+    config = CycleConfig(profile(), order=Fifo(), preempt=False, reclaim=False, max_reservations=4)
     result = cycle(Snapshot(c, gangs, hold), config, now=10.0)
     r = result.reservations
     assert set(r) == {"g1", "g2"} and not set(r["g1"].nodes) & set(r["g2"].nodes)
