@@ -21,9 +21,9 @@ las               Tiresias' discretised 2D least-attained-service (GPU-seconds r
 sjf               shortest (oracle) run time first, any job that fits starts: a reference that
                   knows the future, not a competitor
 tessera           DRF queues with guarantees and borrowing, priority classes with aging,
-                  reservations for large or long-blocked jobs, EASY backfill, priority and
-                  starvation preemption within the rules, reclaim of borrowed capacity, elastic
-                  shrink and growth (the default)
+                  EASY reservations and backfill, priority and starvation preemption within the
+                  rules and only where it is worth the work lost, reclaim of borrowed capacity,
+                  elastic shrink and growth (the default)
 ================  ==========================================================================
 """
 

@@ -9,7 +9,8 @@ start is the last of those slots; backfill may use the held nodes only for jobs 
 by then.
 
 Who reserves: a job at least ``reserve_min_gpus`` large or blocked ``reserve_after_s``, not in
-back-off, while fewer than ``max_reservations`` are held.  A reservation is released
+back-off, while fewer than ``max_reservations`` are held.  By default (both 0, one reservation)
+that is EASY backfill's rule: the first blocked job in the cycle's order.  A reservation is released
 ``timeout`` past its expected start if the job still has not started (estimates were wrong and
 the held room idles): a gang's own ``gang.timeout-s``, else ``reserve_timeout_s``; the job then
 backs off for as long.
