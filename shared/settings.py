@@ -26,6 +26,10 @@ TESSERA_PREEMPT_GRACE_S    30                                     placement: a c
                                                                   SIGKILL (others: 0)
 TESSERA_PREEMPT_MIN_       600                                    placement: a job that started less
 RUNTIME_S                                                         than this ago is not preempted
+TESSERA_GROW_EVERY_S       1                                      placement: with nothing pending, a
+                                                                  cycle that only grows elastic jobs
+                                                                  runs at most this often (each grow
+                                                                  restarts the job)
 TESSERA_STOP_SIGNAL        SIGTERM                                agent: sent first to an evicted
                                                                   task (it may checkpoint)
 TESSERA_CHECKPOINT_ROOT    .local/checkpoints                     agent: TESSERA_CHECKPOINT_DIR is
@@ -73,6 +77,7 @@ class Settings(BaseSettings):
     gc_sweep_s: float = Field(600.0, gt=0)
     preempt_grace_s: float = Field(30.0, ge=0)
     preempt_min_runtime_s: float = Field(600.0, ge=0)
+    grow_every_s: float = Field(1.0, ge=0)
     stop_signal: str = Field("SIGTERM", pattern=r"^SIG[A-Z0-9]+$")
     checkpoint_root: str = ".local/checkpoints"
     agent_state_dir: str = ".local/agent"

@@ -10,7 +10,7 @@ pending, so a worker that dies hands its unplaced jobs to the others on the reba
 Running elastic jobs below their size grow into idle room (``Resize`` -> ``JobGrowRequested``):
 each is grown by one worker, the one whose ``--shard`` its id hashes to (every worker without
 shards; the job stream's expected version lets only one grow it).  A cycle with nothing pending
-runs for them only when the view moved, at most every ``GROW_EVERY_S``.
+runs for them only when the view moved, at most every ``TESSERA_GROW_EVERY_S``.
 
 Run: ``python -m services.placement.app --name w1 [--policy tessera]``.  Every few seconds it
 writes its counters to ``TESSERA_STATS_DIR/placement-<name>.json`` (placements, conflicts).
@@ -49,7 +49,6 @@ from shared.state.readiness import mark_ready
 from shared.state.snapshot import SnapshotBuilder
 
 log = logging.getLogger("tessera.placement")
-GROW_EVERY_S = 1.0  # a cycle for growth alone (nothing pending) at most this often
 
 
 @dataclass
@@ -203,9 +202,9 @@ class Worker:
 
     def _grow_due(self) -> bool:
         """A cycle for growth alone: only once the view moved (room may have freed), at most
-        every ``GROW_EVERY_S``."""
+        every ``grow_every_s`` (a setting)."""
         position, at = self._grow_at
-        return self.view.position != position and time.monotonic() - at >= GROW_EVERY_S
+        return self.view.position != position and time.monotonic() - at >= self.settings.grow_every_s
 
     def preferred(self) -> BoolArray | None:
         """This worker's share of the nodes (tried first), recomputed when the nodes change."""

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.actions import reserve
+from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.actions.reserve import fit_count
 from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.cycle import Preempt, Resize, Snapshot
