@@ -437,6 +437,10 @@ def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
         return True
     if ctx.config.reclaim and ctx.within_guarantee(job, job.fewest):
         return True
+    gpus = job.shape.total_gpu_milli * job.fewest / 1000.0
+    waited = max(0.0, ctx.now - job.since)
+    if waited * gpus >= lost_gpu_s:
+        return True  # the wait so far is enough: no need to look for the earliest slot
     held = ctx.reservations.get(job.id)
     if held is not None and not held.preemption:
         start = held.expected_start
@@ -445,9 +449,7 @@ def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
         if found is None:
             return True
         start = found[1]
-    wait = max(0.0, start - ctx.now) + max(0.0, ctx.now - job.since)
-    waiting_gpu_s = wait * job.shape.total_gpu_milli * job.fewest / 1000.0
-    return waiting_gpu_s >= lost_gpu_s
+    return (max(0.0, start - ctx.now) + waited) * gpus >= lost_gpu_s
 
 
 def _candidate_units(
