@@ -10,9 +10,9 @@
 3. The job's fewest replicas are placed all or nothing, then more up to its size (elastic,
    gang with ``min-member`` below replicas).  Nodes reserved for other jobs are closed to it.
 4. A job that does not fit: in a strict order, nothing after it is tried; otherwise the next.
-   A large or long-blocked job reserves the nodes where it would start first
-   (``actions/reserve.py``); a held reservation that is past its timeout is released and the
-   job backs off.
+   A blocked job (by default the first, EASY's head of the queue) reserves the nodes where it
+   would start first (``actions/reserve.py``); a held reservation that is past its timeout is
+   released and the job backs off.
 5. Once a shape failed with ``k`` replicas on the open nodes, later jobs of that shape with ``k``
    or more replicas fail the same way without a search: the copy only fills up during allocate.
 """
