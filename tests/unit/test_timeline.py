@@ -14,7 +14,7 @@ from shared.core.registry import build_profile
 from shared.core.task import NodeSpec, TaskShape
 from shared.sim.metrics import summarise
 from shared.sim.policies import timeline_config
-from shared.sim.timeline import run_timeline
+from shared.sim.timeline import TimelineResult, run_timeline
 from shared.sim.workload import SimJob, Workload, busy_window_start, offered_load, philly_workload
 
 PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
@@ -82,3 +82,31 @@ def test_a_gang_never_runs_part_of_its_tasks() -> None:
     assert row["unfinished"] == 0
     # The gang needs all 4 GPUs: it starts once a has ended at 100, not before.
     assert row["gang_wait_p95_s"] is not None and row["gang_wait_p95_s"] >= 98  # type: ignore[operator]
+
+
+def test_best_effort_work_is_not_thrown_away_for_a_job_whose_room_frees_soon() -> None:
+    """Weighed evictions on the timeline: four best-effort 1-GPU jobs that cannot checkpoint
+    fill the node; one ends at 3,700 s.  A high-priority job arriving at 3,000 s waits 700 s
+    for it rather than kill 3,000 GPU-seconds of another's work; with weighing off it evicts,
+    and the victim starts over."""
+    from dataclasses import replace
+
+    be = [replace(sim_job(f"be{i}", 0, 36_000.0 if i else 3_700.0), priority=-100) for i in range(4)]
+    jobs = [*be, replace(sim_job("high", 3_000.0, 100.0), priority=100)]
+    nodes = (NodeSpec("n0", 64_000, 65_536, 4, "V100"),)
+    w = Workload("t", nodes, tuple(jobs), QueueTree([QueueSpec("q")]))
+    config = timeline_config("tessera", build_profile("tessera", TypicalWorkload.from_tasks([GPU])))
+    weighed = run_timeline(w, "tessera", config, 1)
+    unweighed = run_timeline(w, "tessera", replace(config, weigh_loss=False), 1)
+
+    def high(r: TimelineResult) -> float:
+        return next(j.first_start for j in r.jobs if j.spec.id == "high")
+
+    assert weighed.preemptions == 0 and high(weighed) == 3_700.0
+    assert sum(r.lost_gpu_s for r in weighed.jobs) == 0.0
+    assert unweighed.preemptions == 1 and high(unweighed) == 3_000.0
+    assert sum(r.lost_gpu_s for r in unweighed.jobs) == 3_000.0
+    # The victim (the one due to end at 3,700 s) ran again from the start: 2,400 s more of JCT
+    # in all, for the 700 s the high-priority job saved.
+    jct = [sum(j.finished - j.spec.submit for j in r.jobs) for r in (weighed, unweighed)]
+    assert jct[1] - jct[0] == 2_400.0
