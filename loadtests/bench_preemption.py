@@ -13,8 +13,9 @@ For every preemptor: submission -> ``JobStarted`` (what the user waits), and the
 time its victims were given to leave (``EvictionStarted`` to their last ``TaskStopped``: the grace
 the goal excludes; simulated checkpoints take no time, so it is small here).  preemptions/s =
 victims preempted / (last ``JobPreempted`` - first ``PreemptionRequested``).  ``lost_jobs``
-counts submitted jobs that were never admitted, victims left neither pending nor placed again
-(stuck in ``preempting``), and preemptors that never started.  The minimum run time before a job
+counts submitted jobs that were never admitted, victims left neither pending (a requeued victim
+may hold a reservation) nor placed again (stuck in ``preempting``), and preemptors that never
+started.  The minimum run time before a job
 may be preempted is set to 0 (``TESSERA_PREEMPT_MIN_RUNTIME_S``): the fill is minutes old, not the
 10 minutes the default protects.
 
@@ -237,7 +238,13 @@ async def run(jobs: int, rate: float, fill: int, console: Console) -> dict[str, 
     )
     submitted = {j.id for j in fillers} | set(sent)
     never_admitted = len(submitted - watch.times["JobAdmitted"].keys())
-    stuck = sum(1 for v in set(victims) if states.get(v) not in ("JobPreempted", "JobPlaced", "JobStarted"))
+    # Settled: back in the queue (a requeued victim may hold the one reservation there, or have
+    # given it up), placed, or running again.
+    settled = ("JobPreempted", "JobReserved", "ReservationReleased", "JobPlaced", "JobStarted")
+    stuck_states = {v: states.get(v) for v in set(victims) if states.get(v) not in settled}
+    stuck = len(stuck_states)
+    if stuck_states:  # say which, so a lost job can be traced in the log
+        print(f"victims in no settled state: {stuck_states}", file=sys.stderr)
     not_started = len(set(sent) - started.keys())
     result = {
         "preemptions_per_s": round(len(victims) / span, 1) if span > 0 else 0.0,
