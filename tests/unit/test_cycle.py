@@ -384,6 +384,7 @@ def test_the_pruned_earliest_slot_search_finds_what_replaying_every_node_finds()
     sorting every node's every slot chooses."""
     from shared.core.actions import reserve
     from shared.core.actions.context import CycleContext
+    from shared.core.actions.preempt import _slot_bound
     from shared.core.queues import open_tree
 
     def brute(ctx: CycleContext, j: Job, nodes: np.ndarray) -> tuple[tuple[int, ...], float] | None:
@@ -414,7 +415,11 @@ def test_the_pruned_earliest_slot_search_finds_what_replaying_every_node_finds()
         for gpus, replicas in ((1, 1), (2, 3), (4, 2), (8, 1), (1, 5)):
             big = job(f"big{trial}", gpus=gpus, replicas=replicas)
             nodes = reserve.candidates(ctx, big)
-            assert reserve.earliest(ctx, big, nodes) == brute(ctx, big, nodes), (trial, gpus, replicas)
+            found = reserve.earliest(ctx, big, nodes)
+            assert found == brute(ctx, big, nodes), (trial, gpus, replicas)
+            # The weighing's cheap bound never promises a later slot than the search finds.
+            if found is not None:
+                assert _slot_bound(ctx, big, nodes) <= found[1], (trial, gpus, replicas)
 
 
 def test_after_a_preemption_the_release_rows_are_what_a_full_rebuild_gives() -> None:

@@ -445,11 +445,30 @@ def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
     if held is not None and not held.preemption:
         start = held.expected_start
     else:
-        found = reserve.earliest(ctx, job, reserve.candidates(ctx, job))
+        nodes = reserve.candidates(ctx, job)
+        if (max(0.0, _slot_bound(ctx, job, nodes) - ctx.now) + waited) * gpus >= lost_gpu_s:
+            return True  # even the soonest any room could come is late enough: no search
+        found = reserve.earliest(ctx, job, nodes)
         if found is None:
             return True
         start = found[1]
     return (max(0.0, start - ctx.now) + waited) * gpus >= lost_gpu_s
+
+
+def _slot_bound(ctx: CycleContext, job: Job, nodes: IntArray) -> float:
+    """A lower bound on the job's earliest slot among ``nodes``: now if one of them might hold a
+    replica now (a test that may say yes wrongly, never no wrongly), else the first moment any
+    of them frees anything.  A few vector operations against the slot search's replay."""
+    c, s = ctx.cluster, job.shape
+    if nodes.size == 0:
+        return float("inf")
+    room = (c.cpu_free[nodes] >= s.cpu_milli) & (c.mem_free[nodes] >= s.memory_mib)
+    if s.num_gpu:
+        room &= (c.gpu_free[nodes] >= s.gpu_milli).sum(axis=1) >= s.num_gpu
+    if room.any():
+        return ctx.now
+    index = reserve.release_index(ctx)
+    return min((index[n][0][0] for n in nodes.tolist() if n in index), default=float("inf"))
 
 
 def _candidate_units(
