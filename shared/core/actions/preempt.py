@@ -439,33 +439,30 @@ def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
         return True
     gpus = job.shape.total_gpu_milli * job.fewest / 1000.0
     waited = max(0.0, ctx.now - job.since)
-    if waited * gpus >= lost_gpu_s:
+
+    def pays(start: float) -> bool:
+        """Whether waiting until ``start`` costs at least what the victims would lose."""
+        return (max(0.0, start - ctx.now) + waited) * gpus >= lost_gpu_s
+
+    if pays(ctx.now):
         return True  # the wait so far is enough: no need to look for the earliest slot
     held = ctx.reservations.get(job.id)
     if held is not None and not held.preemption:
-        start = held.expected_start
-    else:
-        nodes = reserve.candidates(ctx, job)
-        if (max(0.0, _slot_bound(ctx, job, nodes) - ctx.now) + waited) * gpus >= lost_gpu_s:
-            return True  # even the soonest any room could come is late enough: no search
-        found = reserve.earliest(ctx, job, nodes)
-        if found is None:
-            return True
-        start = found[1]
-    return (max(0.0, start - ctx.now) + waited) * gpus >= lost_gpu_s
+        return pays(held.expected_start)
+    nodes = reserve.candidates(ctx, job)
+    if pays(_slot_bound(ctx, job, nodes)):
+        return True  # even the soonest any room could come is late enough: no search
+    found = reserve.earliest(ctx, job, nodes)
+    return found is None or pays(found[1])
 
 
 def _slot_bound(ctx: CycleContext, job: Job, nodes: IntArray) -> float:
-    """A lower bound on the job's earliest slot among ``nodes``: now if one of them might hold a
-    replica now (a test that may say yes wrongly, never no wrongly), else the first moment any
-    of them frees anything.  A few vector operations against the slot search's replay."""
-    c, s = ctx.cluster, job.shape
+    """A lower bound on the job's earliest slot among ``nodes``: now if the filters let one of
+    them hold a replica now, else the first moment any of them frees anything.  A few vector
+    operations against the slot search's replay."""
     if nodes.size == 0:
         return float("inf")
-    room = (c.cpu_free[nodes] >= s.cpu_milli) & (c.mem_free[nodes] >= s.memory_mib)
-    if s.num_gpu:
-        room &= (c.gpu_free[nodes] >= s.gpu_milli).sum(axis=1) >= s.num_gpu
-    if room.any():
+    if ctx.config.profile.feasible(ctx.cluster, job.shape)[0][nodes].any():
         return ctx.now
     index = reserve.release_index(ctx)
     return min((index[n][0][0] for n in nodes.tolist() if n in index), default=float("inf"))
