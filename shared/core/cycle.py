@@ -164,8 +164,9 @@ class CycleConfig:
     """A job that started less than this long ago is not evicted."""
     weigh_loss: bool = True
     """Evict only when the work the victims lose (GPU-seconds since their last checkpoint) is
-    no more than what waiting for room would cost the preemptor (its GPUs times its expected
-    wait, by the run-time estimates); reclaim within a guarantee is never weighed."""
+    no more than what waiting for room would cost the preemptor: its GPUs times its whole wait,
+    the time it has waited plus the time until its earliest slot by the run-time estimates;
+    reclaim within a guarantee is never weighed."""
     max_preemptions: int = 3
     """A job preempted this often is not evicted again (no preemption loops)."""
     max_preemptors: int = 16
