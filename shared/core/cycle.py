@@ -163,10 +163,11 @@ class CycleConfig:
     min_runtime_s: float = 600.0
     """A job that started less than this long ago is not evicted."""
     weigh_loss: bool = True
-    """Evict only when the work the victims lose (GPU-seconds since their last checkpoint) is
-    no more than what waiting for room would cost the preemptor: its GPUs times its whole wait,
-    the time it has waited plus the time until its earliest slot by the run-time estimates;
-    reclaim within a guarantee is never weighed."""
+    """Evict only when the work the victims lose (since their last checkpoint) is no more than
+    what waiting for room would cost the preemptor: its size times its whole wait, the time it
+    has waited plus the time until its earliest slot by the run-time estimates.  Sizes are
+    dominant shares (DRF: a job's largest share of the cluster's GPUs, CPUs or memory), so CPU
+    jobs are weighed as GPU jobs are; reclaim within a guarantee is never weighed."""
     max_preemptions: int = 3
     """A job preempted this often is not evicted again (no preemption loops)."""
     max_preemptors: int = 16

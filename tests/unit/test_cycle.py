@@ -245,6 +245,22 @@ def test_work_that_cannot_checkpoint_is_not_killed_for_a_job_whose_room_frees_so
     assert [p.victim for p in cycle(Snapshot(c, [fresh], saved), now=now).of(Preempt)] == ["long"]
 
 
+def test_cpu_work_is_weighed_as_gpu_work_is_by_dominant_share() -> None:
+    """A CPU job's lost work and wait count by its share of the cluster's CPUs: its GPU-seconds
+    (0) would make a CPU victim lose nothing, so it was killed however long it had run."""
+    c = cluster(node("cpu", cpu=32_000, gpus=0))
+    whole, half = task(cpu=32_000), task(cpu=16_000)
+    long = job("long", shape=whole, priority=-100, checkpointable=False, duration_s=36_000.0)
+    hold = [running(c, long, [(0, ())])]
+    now = 35_400.0  # it would lose 35,400 s of the whole cluster; the room frees in 600 s
+    fresh = job("high", shape=half, priority=100, submitted=now)
+    assert not cycle(Snapshot(c, [fresh], hold), now=now).of(Preempt)
+    # Half the cluster for 71,000 s waited outweighs the whole of it for 35,400 s.
+    old = job("high", shape=half, priority=100, submitted=now - 71_000.0)
+    assert [p.victim for p in cycle(Snapshot(c, [old], hold), now=now).of(Preempt)] == ["long"]
+    assert not cycle(Snapshot(c, [replace(old, submitted=now - 70_000.0)], hold), now=now).of(Preempt)
+
+
 def test_a_job_preempted_its_maximum_times_is_not_evicted_again() -> None:
     c, hold = _full_cluster()
     worn = [replace(r, job=replace(r.job, preemptions=3)) for r in hold]

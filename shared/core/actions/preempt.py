@@ -26,7 +26,8 @@
    victim checkpoints within its grace and loses only ``restart_overhead_s`` per GPU; any other
    loses everything since it started.
 5. Worth it (``weigh_loss``): the eviction goes ahead only if the work the victims lose is no
-   more than the preemptor's wait costs, in GPU-seconds (:func:`_worth_it`).
+   more than the preemptor's wait costs, both as dominant-share-seconds: a job's largest share
+   of the cluster's GPUs, CPUs or memory, times seconds (:func:`_worth_it`).
 6. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
    they are gone) are the intents; nothing is placed yet.  Victims' usage leaves their queues at
    once, so later preemptors in the same cycle see what is already being freed.
@@ -64,6 +65,9 @@ class Unit:
     task: int  # -1: the whole job
     lost_gpu_s: float
     priority: int
+    lost_share_s: float = 0.0
+    """The work lost as dominant-share-seconds (what :func:`_worth_it` weighs): counts a CPU
+    job's lost work, which its GPU-seconds (0) do not."""
 
     @property
     def job_id(self) -> str:
@@ -382,11 +386,15 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     return whole_ok | (ok & base & shrinkable), reasons
 
 
-def _lost(ctx: CycleContext, r: Running) -> float:
-    gpus = r.job.shape.total_gpu_milli * r.replicas / 1000.0
+def _lost_s(ctx: CycleContext, r: Running) -> float:
+    """Seconds of ``r``'s work an eviction loses: one restart if it checkpoints, else all of it."""
     if r.job.checkpointable:
-        return ctx.config.restart_overhead_s * gpus
-    return max(0.0, ctx.now - r.started) * gpus
+        return ctx.config.restart_overhead_s
+    return max(0.0, ctx.now - r.started)
+
+
+def _lost(ctx: CycleContext, r: Running) -> float:
+    return _lost_s(ctx, r) * r.job.shape.total_gpu_milli * r.replicas / 1000.0
 
 
 def preempt_for(ctx: CycleContext, job: Job) -> bool:
@@ -414,16 +422,20 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
             _free(idx, u, cpu_free, mem_free, gpu_free)
         _take(job, node, cpu_free, mem_free, gpu_free)
         nodes.append(node)
-    if cfg.weigh_loss and not _worth_it(ctx, job, sum(u.lost_gpu_s for u in chosen.values())):
+    if cfg.weigh_loss and not _worth_it(ctx, job, sum(u.lost_share_s for u in chosen.values())):
         return False
     _commit(ctx, job, chosen, tuple(sorted(set(nodes))), "+".join(reasons))
     return True
 
 
-def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
-    """Whether evicting victims that would lose ``lost_gpu_s`` beats waiting for room.
+def _worth_it(ctx: CycleContext, job: Job, lost_share_s: float) -> bool:
+    """Whether evicting victims that would lose ``lost_share_s`` beats waiting for room.
 
-    Waiting costs the job its GPUs for its whole wait: the time it has waited plus the time
+    Both sides are measured as dominant-share-seconds (DRF's measure of a job's size: its
+    largest share of the cluster's GPUs, CPUs or memory, times seconds), so a CPU job's work
+    and wait count as a GPU job's do; among GPU-bound jobs it is GPU-seconds over the cluster's
+    GPUs.  (GPU-seconds alone made a CPU victim lose "nothing" and a CPU preemptor's wait cost
+    "nothing".)  Waiting costs the job its size for its whole wait: the time it has waited plus the time
     until its earliest slot by the run-time estimates (the slot a reservation would hold).
     Counting the wait so far keeps an estimate that keeps sliding ("room in ten minutes", for
     hours) from holding a job back forever.  Evicting costs the victims the work they lose.
@@ -433,16 +445,17 @@ def _worth_it(ctx: CycleContext, job: Job, lost_gpu_s: float) -> bool:
     them more than it gained the high-priority pods, whose waits it did not shorten).  Reclaim
     for a queue within its guarantee is a promise and always passes, as does a job that would
     never fit without evictions."""
-    if lost_gpu_s <= 0.0:
+    if lost_share_s <= 0.0:
         return True
     if ctx.config.reclaim and ctx.within_guarantee(job, job.fewest):
         return True
-    gpus = job.shape.total_gpu_milli * job.fewest / 1000.0
+    s = job.shape
+    size = ctx.dominant((s.total_gpu_milli * job.fewest, s.cpu_milli * job.fewest, s.memory_mib * job.fewest))
     waited = max(0.0, ctx.now - job.since)
 
     def pays(start: float) -> bool:
         """Whether waiting until ``start`` costs at least what the victims would lose."""
-        return (max(0.0, start - ctx.now) + waited) * gpus >= lost_gpu_s
+        return (max(0.0, start - ctx.now) + waited) * size >= lost_share_s
 
     if pays(ctx.now):
         return True  # the wait so far is enough: no need to look for the earliest slot
@@ -491,7 +504,10 @@ def _candidate_units(
             young = idx.job_started[k] > ctx.now - ctx.config.min_runtime_s
             if r.job.preemptions >= ctx.config.max_preemptions or gone or young:
                 continue  # shrinks only
-        units.setdefault(r.job.id, Unit(r, -1, _lost(ctx, r), r.job.priority))
+        units.setdefault(
+            r.job.id,
+            Unit(r, -1, _lost(ctx, r), r.job.priority, _lost_s(ctx, r) * ctx.dominant(r.demand)),
+        )
     for k, tasks in here.items():
         r = idx.running[k]
         gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
