@@ -111,14 +111,15 @@ def timeline_tables(root: Path) -> None:
         )
         print(
             "| policy | avg JCT h | p95 wait h: 1 / 2-4 / 8 / >8 GPUs | Jain | GPU util % | "
-            "preemptions | max per job | GPU-h lost % |"
+            "idle while jobs wait % | work after window % | preemptions | max per job | GPU-h lost % |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, r in body["policies"].items():
             waits = " / ".join(_h(r["wait_p95_s"][c]) for c in ("1", "2-4", "8", ">8"))
             print(
                 f"| {name} | {_h(r['avg_jct_s'])} | {waits} | "
-                f"{r['jain']:.3f} | {r['utilisation']:.1f} | {r['preemptions']} | "
+                f"{r['jain']:.3f} | {r['utilisation']:.1f} | {r.get('idle_while_waiting_pct', '—')} | "
+                f"{r.get('work_after_window_pct', '—')} | {r['preemptions']} | "
                 f"{r['max_preemptions_per_job']} | {r['gpu_hours_lost_pct']:.2f} |"
             )
 

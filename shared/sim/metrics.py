@@ -8,6 +8,14 @@ fairness between queues, and what preemption cost.
 * **Utilisation**: time-weighted GPU allocation (% of the cluster) over the window in which the
   trace offers its load: from the first arrival (openb: the 10th-percentile arrival, see
   ``busy_window_start``) to the last.
+* **Idle while jobs wait**: time-weighted % of the cluster's GPUs left unallocated while at
+  least one job was pending, over the same window: room a scheduler could have kept busy (some
+  of it only by another order: a waiting 8-GPU gang cannot use three scattered free GPUs).
+  Utilisation, this, and the idle share while nothing waits add up to 100.
+* **Work after the window**: GPU-time allocated after the last arrival, as % of the window's
+  GPU-time.  The window's utilisation is about the offered load minus this (plus work lost and
+  redone): a policy that starts long jobs later leaves more of the trace's work for after the
+  window and shows a lower utilisation without idling more while jobs wait.
 * **Jain's index** over the queues that have demand, of (GPU share received / GPU share
   deserved), where deserved is the tree's water-filling of the cluster over their demands:
   1.0 when every queue gets what it deserves; sampled every half hour and averaged.
@@ -49,6 +57,26 @@ def window_utilisation(r: TimelineResult) -> float:
     return float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else 0.0
 
 
+def idle_while_waiting(r: TimelineResult) -> float:
+    """Time-weighted % of the GPUs unallocated while a job was pending, over the window."""
+    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
+    t, a, q = r.times[inside], r.alloc[inside], r.queue[inside]
+    if t.size < 2 or t[-1] <= t[0]:
+        return 0.0
+    idle = np.where(q[:-1] > 0, 100.0 - a[:-1], 0.0)
+    return float((idle * np.diff(t)).sum() / (t[-1] - t[0]))
+
+
+def after_window(r: TimelineResult) -> float:
+    """GPU-time allocated after the last arrival, as % of the window's GPU-time."""
+    span = r.last_arrival - r.window_start
+    after = r.times >= r.last_arrival
+    t, a = r.times[after], r.alloc[after]
+    if span <= 0 or t.size < 2:
+        return 0.0
+    return float((a[:-1] * np.diff(t)).sum() / span)
+
+
 def summarise(r: TimelineResult) -> dict[str, object]:
     jobs: list[JobRun] = r.jobs
     done = [j for j in jobs if j.finished >= 0]
@@ -66,6 +94,8 @@ def summarise(r: TimelineResult) -> dict[str, object]:
         "wait_p99_s": {c: _pct(v, 99) for c, v in by_class.items()},
         "jain": round(float(r.jain.mean()), 4) if r.jain.size else 1.0,
         "utilisation": round(util, 2),
+        "idle_while_waiting_pct": round(idle_while_waiting(r), 2),
+        "work_after_window_pct": round(after_window(r), 2),
         "preemptions": int(sum(j.preemptions for j in jobs)),
         "max_preemptions_per_job": int(max((j.preemptions for j in jobs), default=0)),
         "gpu_hours_lost_pct": round(100.0 * lost / used, 3) if used else 0.0,

@@ -76,6 +76,21 @@ def test_fifo_blocks_behind_a_job_that_does_not_fit_and_backfill_does_not() -> N
     assert fifo["unfinished"] == backfill["unfinished"] == 0
 
 
+def test_idle_gpus_are_counted_while_jobs_wait_and_work_left_past_the_window() -> None:
+    # The FIFO case above, with a fourth job arriving at 200 s that runs 1,000 s: the window is
+    # 0..200.  FIFO leaves one GPU idle from 1 s to 100 s while b and c wait (2,475 GPU-% s);
+    # backfill only 1-2 s and 52-100 s (1,225).  Both run d after the window: 25% for 1,000 s.
+    wide = TaskShape(3000, 1024, 3, 1000)
+    full = TaskShape(4000, 1024, 4, 1000)
+    jobs = [sim_job("a", 0, 100, wide), sim_job("b", 1, 10, full), sim_job("c", 2, 50)]
+    jobs.append(sim_job("d", 200, 1000))
+    fifo, backfill = _run(jobs, "fifo"), _run(jobs, "fifo-backfill")
+    assert fifo["idle_while_waiting_pct"] == pytest.approx(2475 / 200, abs=0.01)
+    assert backfill["idle_while_waiting_pct"] == pytest.approx(1225 / 200, abs=0.01)
+    assert fifo["utilisation"] == pytest.approx((100 * 75 + 10 * 100 + 50 * 25) / 200, abs=0.01)
+    assert fifo["work_after_window_pct"] == backfill["work_after_window_pct"] == pytest.approx(125.0)
+
+
 def test_a_gang_never_runs_part_of_its_tasks() -> None:
     jobs = [sim_job("a", 0, 100), sim_job("gang", 1, 10, GPU, replicas=4), sim_job("c", 2, 10)]
     row = _run(jobs, "tessera")
