@@ -13,9 +13,10 @@ fairness between queues, and what preemption cost.
   of it only by another order: a waiting 8-GPU gang cannot use three scattered free GPUs).
   Utilisation, this, and the idle share while nothing waits add up to 100.
 * **Work after the window**: GPU-time allocated after the last arrival, as % of the window's
-  GPU-time.  The window's utilisation is about the offered load minus this (plus work lost and
-  redone): a policy that starts long jobs later leaves more of the trace's work for after the
-  window and shows a lower utilisation without idling more while jobs wait.
+  GPU-time.  Work is conserved: where the window starts at the first arrival (Philly),
+  utilisation plus this is the trace's work (plus work lost and redone) over the window's
+  GPU-time, the same for every policy; a policy that starts long jobs later leaves more of the
+  work for after the window and shows a lower utilisation without idling more while jobs wait.
 * **Jain's index** over the queues that have demand, of (GPU share received / GPU share
   deserved), where deserved is the tree's water-filling of the cluster over their demands:
   1.0 when every queue gets what it deserves; sampled every half hour and averaged.
