@@ -173,6 +173,35 @@ def test_a_large_blocked_job_reserves_and_a_short_job_backfills_before_it_starts
     assert result.placed["short"][0].node in reserve.reservation.nodes
 
 
+def test_a_worker_leaves_easys_slot_to_another_workers_blocked_head() -> None:
+    """Live, each placement worker acts on its own jobs.  The head of the order is a gang owned
+    by another worker and does not fit: the slot is its (its worker reserves it), so this worker
+    does not reserve for its own later blocked job; it does once the head is placeable or backs off."""
+    c = cluster(node("a", gpus=8), node("b", gpus=8))
+    hold = [
+        running(c, job("r1", gpus=4, duration_s=5_000.0), [(0, (0, 1, 2, 3))]),
+        running(c, job("r2", gpus=4, duration_s=9_000.0), [(1, (0, 1, 2, 3))]),
+    ]
+    gang = job("gang", gpus=8, replicas=2, submitted=1.0)
+    mine = job("mine", gpus=6, submitted=2.0)
+    config = CycleConfig(profile(), order=Fifo(), preempt=False, reclaim=False)
+    alone = cycle(Snapshot(c, [gang, mine], hold), config)
+    assert set(alone.reservations) == {"gang"}  # one cycle over all jobs: the head reserves
+    worker = cycle(Snapshot(c, [gang, mine], hold, actionable=frozenset({"mine"})), config)
+    assert not worker.reservations and "mine" in worker.unschedulable
+    owner = cycle(Snapshot(c, [gang, mine], hold, actionable=frozenset({"gang"})), config)
+    assert set(owner.reservations) == {"gang"}
+    # The head backing off (it may not reserve): the slot passes to the next blocked job.
+    backing = cycle(
+        Snapshot(c, [gang, mine], hold, backoff={"gang": 5_000.0}, actionable=frozenset({"mine"})), config
+    )
+    assert set(backing.reservations) == {"mine"}
+    # A head with room (another worker will place it) takes no slot.
+    small_head = job("gang", gpus=2, submitted=1.0)
+    free = cycle(Snapshot(c, [small_head, mine], hold, actionable=frozenset({"mine"})), config)
+    assert set(free.reservations) == {"mine"}
+
+
 def test_a_reservation_past_its_timeout_is_released_and_the_job_backs_off() -> None:
     c = cluster(node("a", gpus=8))
     hold = [running(c, job("x", gpus=8, duration_s=1e9), [(0, tuple(range(8)))])]

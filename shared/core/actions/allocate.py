@@ -12,7 +12,8 @@
 4. A job that does not fit: in a strict order, nothing after it is tried; otherwise the next.
    A blocked job (by default the first, EASY's head of the queue) reserves the nodes where it
    would start first (``actions/reserve.py``); a held reservation that is past its timeout is
-   released and the job backs off.
+   released and the job backs off.  A placement worker acts only on its own jobs, but another
+   worker's job that has no room still takes EASY's slot (its worker reserves it).
 5. Once a shape failed with ``k`` replicas on the open nodes, later jobs of that shape with ``k``
    or more replicas fail the same way without a search: the copy only fills up during allocate.
 """
@@ -20,6 +21,8 @@
 from __future__ import annotations
 
 import heapq
+
+import numpy as np
 
 from shared.core.actions import reserve
 from shared.core.actions.context import BEHIND_HEAD, BUDGET, DEPTH, QUEUE_MAX, CycleContext
@@ -86,9 +89,13 @@ def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Statu
     if known is not None and job.fewest >= known[0] and job.id not in ctx.reservations:
         if ctx.actionable(job):
             _blocked(ctx, job, known[1])  # the hot path of a busy cycle: no search
+        else:
+            _blocked_elsewhere(ctx, job)
         return
     limit = ctx.config.max_jobs
     if not ctx.actionable(job):
+        if not ctx.reservations_full and not _may_fit(ctx, job):
+            _blocked_elsewhere(ctx, job)
         return
     if limit is not None and len(ctx.placed) >= limit:
         ctx.stopped = BUDGET  # the cycle's budget is spent: the rest waits for the next one
@@ -114,6 +121,36 @@ def _blocked(ctx: CycleContext, job: Job, status: Status) -> None:
         reserve.consider(ctx, job)
     if ctx.config.strict:
         ctx.stopped = BEHIND_HEAD
+
+
+def _blocked_elsewhere(ctx: CycleContext, job: Job) -> None:
+    """Another worker's job (not actionable here) does not fit: if it may reserve, EASY's slot is
+    its, and its own worker reserves it; this worker must not give the slot to a later job of its
+    own.  (Each worker used to reserve for its own first blocked job, so with two workers a small
+    job of one took the slot the head of the order, a large gang of the other, was due.)"""
+    if not ctx.config.reserve or ctx.reservations_full or job.id in ctx.reservations or job.id in ctx.backoff:
+        return
+    ctx.slots_elsewhere += 1
+    if ctx.held_reservations() + ctx.slots_elsewhere >= ctx.config.max_reservations:
+        ctx.reservations_full = True
+
+
+def _may_fit(ctx: CycleContext, job: Job) -> bool:
+    """Whether the open nodes have room for the job's fewest replicas, counted per node (without
+    the scorers' search: another worker's job is only tested, never placed here)."""
+    mask, status = ctx.config.profile.feasible(ctx.cluster, job.shape)
+    if not status.ok:
+        return False
+    restriction = ctx.restriction(job)
+    if restriction is not None:
+        mask = mask & restriction
+    need, c = job.fewest, ctx.cluster
+    for node in np.flatnonzero(mask).tolist():
+        gpus: list[int] = c.gpu_free[node].tolist()
+        need -= reserve.fit_count(int(c.cpu_free[node]), int(c.mem_free[node]), gpus, job.shape)
+        if need <= 0:
+            return True
+    return False
 
 
 def _expire_reservations(ctx: CycleContext) -> None:

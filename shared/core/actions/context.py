@@ -65,6 +65,9 @@ class CycleContext:
     """The lowest priority running in each queue ("" for the whole cluster), from enqueue."""
     considered: int = 0  # pending jobs allocate has looked at (queue_depth)
     reservations_full: bool = False  # max_reservations reached in this allocate
+    slots_elsewhere: int = 0
+    """Reservation slots due to blocked jobs of other workers (not actionable here) in this
+    allocate: their own workers reserve for them."""
     victims: object | None = None  # preempt.VictimIndex, built when a preemptor first needs it
 
     def __post_init__(self) -> None:

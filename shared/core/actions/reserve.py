@@ -158,7 +158,7 @@ def consider(ctx: CycleContext, job: Job) -> None:
     if job.id in ctx.backoff:
         ctx.wake(ctx.backoff[job.id])
         return
-    if ctx.held_reservations() >= cfg.max_reservations:
+    if ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations:
         ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
         return
     since = job.submitted if job.queued_since < 0 else job.queued_since
