@@ -190,35 +190,30 @@ def _print_fill(summary: dict[str, object], console: Console) -> None:
 
 
 def _print_timeline(summary: dict[str, object], console: Console) -> None:
+    """Two tables, each narrow enough for an 80-column terminal: what jobs saw (completion and
+    waits by size), then what the cluster did (fairness, use of the GPUs, preemption)."""
     policies = summary["policies"]
     assert isinstance(policies, dict)
-    table = Table(
-        title=f"timeline replay (median over seeds) — {summary['trace']}, load {summary['offered_load']}"
-    )
-    columns = [
-        "avg JCT h",
-        *(f"p95 wait {c} h" for c in SIZE_CLASSES),
-        "Jain",
-        "util %",
-        "idle waiting %",
-        "after window %",
-        "preempt",
-        "max/job",
-        "lost %",
-    ]
-    table.add_column("policy")
-    for c in columns:
-        table.add_column(c, justify="right")
+    where = f"{summary['trace']}, load {summary['offered_load']}, median over seeds"
 
     def hours(v: object) -> str:
         return "—" if v is None else f"{float(v) / 3600:.2f}"  # type: ignore[arg-type]
 
+    waits = Table(title=f"jobs: completion and p95 wait (h) by GPUs per job — {where}")
+    cluster = Table(title="cluster: fairness, GPUs (% of the window) and preemption")
+    width = max(len("policy"), *(len(name) for name in policies))
+    for table, columns in (
+        (waits, ("avg JCT", *(f"p95 {c}" for c in SIZE_CLASSES))),
+        (cluster, ("Jain", "util", "idle while waiting", "after window", "preempt", "max per job", "lost %")),
+    ):
+        table.add_column("policy", no_wrap=True, min_width=width)  # names whole, headers may wrap
+        for c in columns:
+            table.add_column(c, justify="right")
     for name, row in policies.items():
-        waits = row["wait_p95_s"]
-        table.add_row(
+        p95 = row["wait_p95_s"]
+        waits.add_row(name, hours(row["avg_jct_s"]), *(hours(p95[c]) for c in SIZE_CLASSES))
+        cluster.add_row(
             name,
-            hours(row["avg_jct_s"]),
-            *(hours(waits[c]) for c in SIZE_CLASSES),
             f"{row['jain']:.3f}",
             f"{row['utilisation']:.1f}",
             f"{row['idle_while_waiting_pct']:.1f}",
@@ -227,4 +222,5 @@ def _print_timeline(summary: dict[str, object], console: Console) -> None:
             str(row["max_preemptions_per_job"]),
             f"{row['gpu_hours_lost_pct']:.2f}",
         )
-    console.print(table)
+    console.print(waits)
+    console.print(cluster)

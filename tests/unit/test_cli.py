@@ -96,6 +96,9 @@ def test_timeline_mode_reports_waits_and_utilisation(tmp_path: Path) -> None:
     assert row["wait_p95_s"]["8"] is None  # no job of that size
     assert row["avg_jct_s"] == (100 + 100) / 2  # a: 0..100, b: 10..110
     assert (out / "utilisation.png").exists() and (out / "waits.png").exists()
+    # The tables fit a terminal of 80 columns without cutting a policy's name or a figure.
+    assert "fifo" in result.output and "tessera" in result.output and "…" not in result.output
+    assert "waiting" in result.output and "window" in result.output
 
 
 def test_a_malformed_trace_exits_with_its_line_number(tmp_path: Path) -> None:
