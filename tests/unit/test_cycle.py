@@ -243,6 +243,8 @@ def test_a_higher_priority_job_evicts_the_cheapest_victim_and_reserves_its_room(
     assert preempts[0].grace_s == CycleConfig(profile()).grace_s
     assert result.reservations["high"].preemption and result.reservations["high"].nodes == (0,)
     assert not result.placed  # the room is free only once the victim is gone
+    # It reserved as EASY's head in allocate first; only the reservation it ends with is announced.
+    assert [i.reservation for i in result.of(Reserve)] == [result.reservations["high"]]
 
 
 def test_no_preemption_for_equal_priority_or_a_victim_younger_than_its_minimum_run() -> None:

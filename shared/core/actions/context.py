@@ -210,6 +210,16 @@ class CycleContext:
         self.reservations[reservation.job] = reservation
         self._rebuild_reserved()
         if known != reservation:
+            # One Reserve per job and cycle, the last: a reservation made earlier in this cycle
+            # and replaced now (a blocked job that reserved in allocate, then found victims) was
+            # never seen outside, and announcing both cost a wasted event live.
+            stale = [
+                k
+                for k, i in enumerate(self.intents)
+                if isinstance(i, Reserve) and i.reservation.job == reservation.job
+            ]
+            for k in reversed(stale):
+                del self.intents[k]
             self.intents.append(Reserve(reservation))
         self.wake(reservation.timeout_at)
 
