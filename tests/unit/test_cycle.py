@@ -200,6 +200,12 @@ def test_a_worker_leaves_easys_slot_to_another_workers_blocked_head() -> None:
     small_head = job("gang", gpus=2, submitted=1.0)
     free = cycle(Snapshot(c, [small_head, mine], hold, actionable=frozenset({"mine"})), config)
     assert set(free.reservations) == {"mine"}
+    # Where only large jobs reserve, another worker's small blocked head takes no slot either.
+    large_only = replace(config, reserve_min_gpus=8.0, reserve_after_s=1e9)
+    big = job("big", gpus=8, submitted=2.0)
+    head = replace(mine, submitted=1.0)  # first in the order, 6 GPUs, another worker's
+    sized = cycle(Snapshot(c, [head, big], hold, actionable=frozenset({"big"})), large_only)
+    assert set(sized.reservations) == {"big"}
 
 
 def test_a_reservation_past_its_timeout_is_released_and_the_job_backs_off() -> None:

@@ -89,13 +89,15 @@ def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Statu
     if known is not None and job.fewest >= known[0] and job.id not in ctx.reservations:
         if ctx.actionable(job):
             _blocked(ctx, job, known[1])  # the hot path of a busy cycle: no search
-        else:
-            _blocked_elsewhere(ctx, job)
+        elif ctx.config.reserve and not ctx.reservations_full:
+            reserve.consider(ctx, job)  # another worker's: it may take EASY's slot
         return
     limit = ctx.config.max_jobs
     if not ctx.actionable(job):
-        if not ctx.reservations_full and not _may_fit(ctx, job):
-            _blocked_elsewhere(ctx, job)
+        # Another worker's job is only tested for room, never placed here; without room it
+        # may take EASY's slot (``reserve.consider``).
+        if ctx.config.reserve and not ctx.reservations_full and not _may_fit(ctx, job):
+            reserve.consider(ctx, job)
         return
     if limit is not None and len(ctx.placed) >= limit:
         ctx.stopped = BUDGET  # the cycle's budget is spent: the rest waits for the next one
@@ -121,18 +123,6 @@ def _blocked(ctx: CycleContext, job: Job, status: Status) -> None:
         reserve.consider(ctx, job)
     if ctx.config.strict:
         ctx.stopped = BEHIND_HEAD
-
-
-def _blocked_elsewhere(ctx: CycleContext, job: Job) -> None:
-    """Another worker's job (not actionable here) does not fit: if it may reserve, EASY's slot is
-    its, and its own worker reserves it; this worker must not give the slot to a later job of its
-    own.  (Each worker used to reserve for its own first blocked job, so with two workers a small
-    job of one took the slot the head of the order, a large gang of the other, was due.)"""
-    if not ctx.config.reserve or ctx.reservations_full or job.id in ctx.reservations or job.id in ctx.backoff:
-        return
-    ctx.slots_elsewhere += 1
-    if ctx.held_reservations() + ctx.slots_elsewhere >= ctx.config.max_reservations:
-        ctx.reservations_full = True
 
 
 def _may_fit(ctx: CycleContext, job: Job) -> bool:

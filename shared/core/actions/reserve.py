@@ -151,12 +151,20 @@ def refresh(ctx: CycleContext) -> None:
 
 
 def consider(ctx: CycleContext, job: Job) -> None:
-    """Reserve for a blocked job if it qualifies and nothing is held for it yet."""
+    """Reserve for a blocked job if it qualifies and nothing is held for it yet.
+
+    Another worker's job (not actionable here: a placement worker acts on its own jobs) that
+    qualifies takes its slot without reserving: its own worker reserves it, and this worker must
+    not give the slot to a later job of its own.  (Each worker used to reserve for its own first
+    blocked job, so a small job of one took the slot the head of the order, a large gang of the
+    other, was due.)"""
     cfg = ctx.config
-    if ctx.reservations_full or job.id in ctx.reservations or not ctx.actionable(job):
+    mine = ctx.actionable(job)
+    if ctx.reservations_full or job.id in ctx.reservations:
         return
     if job.id in ctx.backoff:
-        ctx.wake(ctx.backoff[job.id])
+        if mine:
+            ctx.wake(ctx.backoff[job.id])
         return
     if ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations:
         ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
@@ -164,7 +172,12 @@ def consider(ctx: CycleContext, job: Job) -> None:
     since = job.submitted if job.queued_since < 0 else job.queued_since
     small = job.shape.total_gpu_milli * job.replicas < 1000 * cfg.reserve_min_gpus
     if small and ctx.now - since < cfg.reserve_after_s:
-        ctx.wake(since + cfg.reserve_after_s)
+        if mine:
+            ctx.wake(since + cfg.reserve_after_s)
+        return
+    if not mine:
+        ctx.slots_elsewhere += 1
+        ctx.reservations_full = ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations
         return
     found = earliest(ctx, job, candidates(ctx, job))
     if found is None:
