@@ -28,11 +28,12 @@ fairness between queues, and what preemption cost.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
-from shared.sim.timeline import JobRun, TimelineResult
+from shared.sim.timeline import FloatArray, JobRun, TimelineResult
 
 SIZE_CLASSES = ("1", "2-4", "8", ">8")
 
@@ -51,21 +52,27 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
 
 
+def _window_mean(
+    r: TimelineResult, value: Callable[[FloatArray, npt.NDArray[np.int64]], FloatArray]
+) -> float:
+    """The time-weighted mean over the window (its start to the last arrival) of ``value``
+    (allocation %, pending jobs -> a % per moment), each moment's value held until the next."""
+    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
+    t = r.times[inside]
+    if t.size < 2 or t[-1] <= t[0]:
+        return 0.0
+    held = value(r.alloc[inside], r.queue[inside])[:-1]
+    return float((held * np.diff(t)).sum() / (t[-1] - t[0]))
+
+
 def window_utilisation(r: TimelineResult) -> float:
     """Time-weighted GPU allocation (%) from the window's start to the last arrival."""
-    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
-    t, a = r.times[inside], r.alloc[inside]
-    return float((a[:-1] * np.diff(t)).sum() / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else 0.0
+    return _window_mean(r, lambda alloc, _: alloc)
 
 
 def idle_while_waiting(r: TimelineResult) -> float:
     """Time-weighted % of the GPUs unallocated while a job was pending, over the window."""
-    inside = (r.times >= r.window_start) & (r.times <= r.last_arrival)
-    t, a, q = r.times[inside], r.alloc[inside], r.queue[inside]
-    if t.size < 2 or t[-1] <= t[0]:
-        return 0.0
-    idle = np.where(q[:-1] > 0, 100.0 - a[:-1], 0.0)
-    return float((idle * np.diff(t)).sum() / (t[-1] - t[0]))
+    return _window_mean(r, lambda alloc, queue: np.where(queue > 0, 100.0 - alloc, 0.0))
 
 
 def after_window(r: TimelineResult) -> float:

@@ -82,7 +82,7 @@ class CycleContext:
         self.running_by_id: dict[str, Running] = {r.job.id: r for r in self.snapshot.running}
         self.evicting = {r.job.id for r in self.snapshot.running if r.preempting}
         self._shares: dict[str, float] = {}
-        self._totals: tuple[float, float, float] | None = None
+        self._capacity: tuple[float, float, float] | None = None
         self._estimates: dict[str, float] = {}
         # Queues with a finite max on themselves or an ancestor: only they need the max check.
         self._capped = self.queues.capped
@@ -242,14 +242,17 @@ class CycleContext:
             found = self._estimates[job.id] = self.snapshot.estimator.estimate(job)
         return found
 
+    def capacity(self) -> tuple[float, float, float]:
+        """The cluster's milli-GPU, milli-CPU and MiB (asked for once per cycle)."""
+        if self._capacity is None:
+            c = self.cluster
+            self._capacity = (float(c.total_gpu_milli), float(c.cpu_cap.sum()), float(c.mem_cap.sum()))
+        return self._capacity
+
     def dominant(self, demand: tuple[float, float, float]) -> float:
         """DRF's size of ``demand`` (milli-GPU, milli-CPU, MiB): its largest share of the
-        cluster's totals."""
-        totals = self._totals
-        if totals is None:
-            c = self.cluster
-            totals = self._totals = (float(c.gpu_cap.sum()), float(c.cpu_cap.sum()), float(c.mem_cap.sum()))
-        return max((d / t for d, t in zip(demand, totals, strict=True) if t > 0), default=0.0)
+        cluster's capacity."""
+        return max((d / t for d, t in zip(demand, self.capacity(), strict=True) if t > 0), default=0.0)
 
     def held_reservations(self) -> int:
         return sum(1 for r in self.reservations.values() if not r.preemption)

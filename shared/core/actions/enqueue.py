@@ -45,8 +45,7 @@ def run(ctx: CycleContext) -> None:
     if ctx.config.fair_share or ctx.config.elastic:
         # Only DRF turns and elastic growth read deserved shares (reclaim reads guarantees):
         # one queue in one order, as the fill protocol and FIFO run, skips the water-filling.
-        c = ctx.cluster
-        capacity = vector(c.total_gpu_milli, float(c.cpu_cap.sum()), float(c.mem_cap.sum()))
+        capacity = vector(*ctx.capacity())
         ctx.deserved = {
             q: (float(d[0]), float(d[1]), float(d[2])) for q, d in queues.deserved(capacity, demand).items()
         }

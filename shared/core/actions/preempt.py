@@ -393,10 +393,6 @@ def _lost_s(ctx: CycleContext, r: Running) -> float:
     return max(0.0, ctx.now - r.started)
 
 
-def _lost(ctx: CycleContext, r: Running) -> float:
-    return _lost_s(ctx, r) * r.job.shape.total_gpu_milli * r.replicas / 1000.0
-
-
 def preempt_for(ctx: CycleContext, job: Job) -> bool:
     """Find victims for ``job``'s fewest replicas; on success append the intents."""
     idx = _index(ctx)
@@ -504,10 +500,11 @@ def _candidate_units(
             young = idx.job_started[k] > ctx.now - ctx.config.min_runtime_s
             if r.job.preemptions >= ctx.config.max_preemptions or gone or young:
                 continue  # shrinks only
-        units.setdefault(
-            r.job.id,
-            Unit(r, -1, _lost(ctx, r), r.job.priority, _lost_s(ctx, r) * ctx.dominant(r.demand)),
-        )
+        if r.job.id not in units:
+            secs = _lost_s(ctx, r)  # GPU-seconds order the victims, dominant shares weigh them
+            units[r.job.id] = Unit(
+                r, -1, secs * r.demand[0] / 1000.0, r.job.priority, secs * ctx.dominant(r.demand)
+            )
     for k, tasks in here.items():
         r = idx.running[k]
         gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
