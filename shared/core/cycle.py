@@ -38,7 +38,7 @@ import numpy as np
 from shared.core.cluster import BoolArray, ClusterState, Placement
 from shared.core.framework import Profile, Status
 from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
-from shared.core.memo import CycleMemo, RunningDelta
+from shared.core.memo import CycleMemo, PendingDelta, RunningDelta
 from shared.core.plugins.order.base import JobOrder
 from shared.core.plugins.order.priority_age import PriorityAge
 from shared.core.queues import QueueTree, open_tree
@@ -124,6 +124,8 @@ class Snapshot:
     cycle up, never changes what it decides."""
     running_delta: RunningDelta | None = None
     """How ``running`` differs from the shell's previous snapshot (None: not known)."""
+    pending_delta: PendingDelta | None = None
+    """How ``pending`` differs from the shell's previous snapshot (None: not known)."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.core.jobs import Job
+
 
 @dataclass(frozen=True)
 class RunningDelta:
@@ -24,6 +26,18 @@ class RunningDelta:
     appended: int
 
 
+@dataclass(frozen=True)
+class PendingDelta:
+    """How a snapshot's pending jobs differ from those of the snapshot numbered ``previous`` from
+    the same shell: the jobs named in ``removed`` left (they started, or changed), the jobs in
+    ``added`` are new (a changed job is named in both: it leaves and comes back)."""
+
+    generation: int
+    previous: int
+    removed: frozenset[str]
+    added: tuple[Job, ...]
+
+
 @dataclass
 class CycleMemo:
     victim_rows: object | None = None
@@ -31,3 +45,8 @@ class CycleMemo:
     """The snapshot ``victim_rows`` describes (its ``RunningDelta.generation``)."""
     """``actions.preempt.VictimRows`` of the last cycle that looked for victims: the running tasks
     laid out as arrays, reused for every ``Running`` object that is still in the snapshot."""
+    pending_order: object | None = None
+    """``actions.enqueue.PendingOrder``: the pending jobs' demand per queue and their order per
+    queue, as of the snapshot it names; followed through each ``PendingDelta`` (orders whose key
+    depends on the job alone), so a cycle sorts only the jobs that arrived, not the thousands
+    that wait."""

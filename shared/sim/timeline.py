@@ -32,6 +32,8 @@ import numpy.typing as npt
 from shared.core.cluster import ClusterState, Placement
 from shared.core.cycle import CycleConfig, Place, Preempt, Resize, Snapshot, run_cycle
 from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
+from shared.core.memo import CycleMemo, PendingDelta
+from shared.core.task import TaskShape
 from shared.sim.workload import SimJob, Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -96,7 +98,7 @@ class _Sim:
     estimator: RuntimeEstimator = field(default_factory=RuntimeEstimator)
     events: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     seq: int = 0
-    pending: dict[str, None] = field(default_factory=dict)
+    pending: dict[str, Job] = field(default_factory=dict)  # in the order they became pending
     running: dict[str, None] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
     backoff: dict[str, float] = field(default_factory=dict)
@@ -114,6 +116,11 @@ class _Sim:
     # Each running job's snapshot entry, kept while it is the same run (token), evicting or not,
     # of the same Job and attained service: most of them carry over from cycle to cycle.
     kept: dict[str, tuple[int, bool, Job, float, Running]] = field(default_factory=dict)
+    # What the cycle's memo follows: how the pending jobs changed since the last snapshot.
+    memo: CycleMemo = field(default_factory=CycleMemo)
+    generation: int = 0
+    left: set[str] = field(default_factory=set)
+    came: dict[str, Job] = field(default_factory=dict)
 
     def push(self, t: float, kind: int, job: str, token: int = 0) -> None:
         heapq.heappush(self.events, (t, kind, self.seq, job, token))
@@ -122,7 +129,8 @@ class _Sim:
     # -- applying events ---------------------------------------------------------------------
     def arrive(self, run: JobRun, now: float) -> None:
         run.pending_since = now
-        self.pending[run.spec.id] = None
+        self.pending[run.spec.id] = run.job
+        self.came[run.spec.id] = run.job
 
     def advance(self, run: JobRun, now: float) -> None:
         """Bring a running job's remaining work and counters up to ``now``."""
@@ -180,7 +188,11 @@ class _Sim:
 
     # -- the cycle ---------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        pending = [self.runs[j].job for j in self.pending]
+        pending = list(self.pending.values())
+        self.generation += 1
+        left, came = frozenset(self.left), tuple(self.came.values())
+        delta = PendingDelta(self.generation, self.generation - 1, left, came)
+        self.left, self.came = set(), {}
         preemptive = self.config.order.preemptive
         kept = self.kept
         running = []
@@ -215,6 +227,8 @@ class _Sim:
             reservations=self.reservations,
             backoff=self.backoff,
             estimator=self.estimator,
+            memo=self.memo,
+            pending_delta=delta,
         )
 
     def cycle(self, now: float) -> None:
@@ -249,7 +263,9 @@ class _Sim:
         run.waited += now - run.pending_since
         if run.first_start < 0:
             run.first_start = now
-        self.pending.pop(run.spec.id, None)
+        # A job that came since the last snapshot just does not come; any other leaves.
+        if self.pending.pop(run.spec.id, None) is not None and self.came.pop(run.spec.id, None) is None:
+            self.left.add(run.spec.id)
         self.running[run.spec.id] = None
         self.schedule_end(run, now)
 
@@ -286,21 +302,24 @@ class _Sim:
 
     def jain_now(self, total_milli: int) -> float | None:
         """Jain's index over queues with demand of (GPU share received / GPU share deserved)."""
-        from shared.core.queues import demand_of, vector
+        from shared.core.queues import vector
 
         tree = self.workload.queues
         held: dict[str, float] = {}
-        demand: dict[str, FloatArray] = {}
+        wanted: dict[str, float] = {}  # milli-GPU held or asked for (the fewest replicas)
         for j in self.running:
             r = self.runs[j]
-            held[r.job.queue] = held.get(r.job.queue, 0.0) + r.gpus_now * 1000
-            demand[r.job.queue] = demand.get(r.job.queue, vector()) + vector(gpu=r.gpus_now * 1000)
-        for j in self.pending:
-            job = self.runs[j].job
-            demand[job.queue] = demand.get(job.queue, vector()) + demand_of(job.shape, job.fewest)
-        active = [q for q in demand if q in tree and demand[q][0] > 0]
+            q, milli = r.job.queue, sum(p.task.total_gpu_milli for p in r.placements)
+            held[q] = held.get(q, 0.0) + milli
+            wanted[q] = wanted.get(q, 0.0) + milli
+        for job in self.pending.values():
+            wanted[job.queue] = wanted.get(job.queue, 0.0) + job.shape.total_gpu_milli * job.fewest
+        active = [q for q, w in wanted.items() if q in tree and w > 0]
         if len(active) < 2:
             return None
+        # Only GPUs are shared out here (the capacity has no CPU or memory), and the tree's
+        # water-filling treats each dimension apart: the GPU demand alone gives the same split.
+        demand = {q: vector(gpu=w) for q, w in wanted.items()}
         deserved = tree.deserved(np.array([float(total_milli), 0.0, 0.0]), demand)
         x = np.array([held.get(q, 0.0) / max(1e-9, float(deserved[q][0])) for q in active])
         if not (x > 0).any():
@@ -320,12 +339,15 @@ def run_timeline(
     order = node_rng.permutation(len(workload.nodes))
     cluster = ClusterState([workload.nodes[i] for i in order])
     runs: dict[str, JobRun] = {}
+    # Equal shapes as one object: the cycle keys its per-shape memos by shape, and a lookup
+    # that finds the very object skips comparing fields (millions of times on a long trace).
+    shapes: dict[TaskShape, TaskShape] = {}
     for spec in workload.jobs:
         job = Job(
             id=spec.id,
             queue=spec.queue,
             tenant=spec.tenant,
-            shape=spec.shape,
+            shape=shapes.setdefault(spec.shape, spec.shape),
             replicas=spec.replicas,
             min_replicas=spec.min_replicas,
             priority=spec.priority,

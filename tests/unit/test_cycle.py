@@ -582,3 +582,64 @@ def test_an_elastic_job_does_not_grow_into_room_another_workers_waiting_job_can_
     assert "theirs" in alone.placed and resize.replicas == 2
     # Nobody else waiting: it grows.
     assert cycle(Snapshot(c, [], hold, actionable=frozenset({"el"}))).of(Resize)
+
+
+def test_a_memo_follows_the_pending_jobs_and_changes_no_decision() -> None:
+    """With the pending jobs' changes handed over (``PendingDelta``), enqueue keeps their demand
+    and order in the memo and sorts in only the jobs that arrived: every cycle must decide what
+    it decides without the memo, and the kept order and sums must be those built afresh."""
+    from shared.core.actions.enqueue import PendingOrder
+    from shared.core.memo import CycleMemo, PendingDelta
+
+    rng = np.random.default_rng(5)
+    c = cluster(*(node(f"n{i}", gpus=4) for i in range(3)))
+    hold = [running(c, job(f"r{i}", queue="qa"), [(i % 3, (i // 3,))]) for i in range(9)]
+    tree = QueueTree([QueueSpec("qa", guarantee=vector(gpu=6000)), QueueSpec("qb", weight=2.0)])
+    pending: dict[str, Job] = {}
+    serial = 0
+    memo = CycleMemo()
+    config = CycleConfig(profile(task(gpus=1), task(gpus=2), task(gpus=4)), min_runtime_s=0)
+    for generation in range(1, 13):
+        removed: set[str] = set()
+        added: list[Job] = []
+        for job_id in list(pending)[:: int(rng.integers(3, 7))]:  # some start
+            del pending[job_id]
+            removed.add(job_id)
+        for job_id in list(pending)[:: int(rng.integers(4, 9))]:  # some change: out, then in again
+            j = pending.pop(job_id)
+            pending[job_id] = replace(j, queued_since=float(generation), attempt=j.attempt + 1)
+            removed.add(job_id)
+            added.append(pending[job_id])
+        for _ in range(int(rng.integers(0, 8))):  # some arrive
+            j = job(
+                f"p{serial}",
+                gpus=int(rng.choice([1, 2, 4])),
+                queue=str(rng.choice(["qa", "qb", "elsewhere"])),
+                priority=int(rng.choice([0, 100])),
+                submitted=float(rng.integers(0, 50)),
+            )
+            pending[j.id] = j
+            added.append(j)
+            serial += 1
+        delta = PendingDelta(generation, generation - 1, frozenset(removed), tuple(added))
+        plain = Snapshot(c, list(pending.values()), hold, queues=tree)
+        expect = cycle(plain, config, now=100.0)
+        got = cycle(replace(plain, memo=memo, pending_delta=delta), config, now=100.0)
+        assert got.intents == expect.intents and got.unschedulable == expect.unschedulable
+        kept = memo.pending_order
+        assert isinstance(kept, PendingOrder) and kept.generation == generation
+        fresh = PendingOrder(generation, config.order, True, tree)
+        for j in plain.pending:
+            fresh.add(j, 100.0, plain.estimator)
+        assert kept.members == fresh.members and kept.sums == fresh.sums and kept.counts == fresh.counts
+    assert serial > 20 and len(pending) > 5
+    # A delta that does not start where the memo is, or an order that reads the clock, is not
+    # followed: the cycle builds afresh and decides the same.
+    stale = PendingDelta(40, 30, frozenset(), ())
+    plain = Snapshot(c, list(pending.values()), hold, queues=tree)
+    assert cycle(replace(plain, memo=memo, pending_delta=stale), config, now=100.0).intents == (
+        cycle(plain, config, now=100.0).intents
+    )
+    las = replace(config, order=LeastAttained())
+    cycle(replace(plain, memo=memo, pending_delta=PendingDelta(41, 40, frozenset(), ())), las, now=100.0)
+    assert memo.pending_order is None

@@ -22,6 +22,12 @@ class JobOrder(Protocol):
         """Whether rank alone (not priority classes) decides preemption (Tiresias' LAS)."""
         ...
 
+    @property
+    def static(self) -> bool:
+        """Whether ``key`` reads the job alone, not ``now`` or the estimator: then a queue's
+        order changes only as jobs come and go, and a shell's memo keeps it between cycles."""
+        ...
+
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
         """Sort key of a pending job (``estimator``: expected run times, for orders that use them)."""
         ...

@@ -13,6 +13,7 @@ NAME = "fifo"
 class Fifo:
     name: str = NAME
     preemptive: bool = False
+    static: bool = True
 
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
         return (job.submitted, job.since, job.id)

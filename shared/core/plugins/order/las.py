@@ -23,6 +23,7 @@ class LeastAttained:
     promote_after_s: float = 8 * 3600.0
     name: str = NAME
     preemptive: bool = True
+    static: bool = False
 
     def level(self, attained_gpu_s: float) -> int:
         return bisect_right(self.thresholds_gpu_s, attained_gpu_s)

@@ -22,6 +22,7 @@ class PriorityAge:
     aging_s: float = 3600.0
     name: str = NAME
     preemptive: bool = False
+    static: bool = True
 
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
         since = job.submitted if job.queued_since < 0 else job.queued_since

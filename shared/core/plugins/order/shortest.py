@@ -13,6 +13,7 @@ NAME = "sjf"
 class ShortestFirst:
     name: str = NAME
     preemptive: bool = False
+    static: bool = False
 
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
         remaining = job.oracle_s if job.oracle_s is not None else estimator.estimate(job)
