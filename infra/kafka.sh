@@ -95,10 +95,25 @@ status() {
   if running && port_open "$PORT"; then say "running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"; else say "stopped"; return 3; fi
 }
 
+# `crash`: kill the broker as a crash would (SIGKILL: no controlled shutdown, no flush; the next
+# `up` recovers its logs).  For the outage tests.
+crash() {
+  if running; then
+    local pid; pid="$(cat "$PIDFILE")"
+    say "crashing the broker (SIGKILL, pid $pid)"
+    kill -9 "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  else
+    say "not running"
+  fi
+  rm -f "$PIDFILE"
+}
+
 case "${1:-up}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  crash) crash ;;
   reset) down; rm -rf "$DATA" "$LOGS"; say "storage removed" ;;
-  *) echo "usage: $0 up|down|status|reset" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|reset|crash" >&2; exit 2 ;;
 esac

@@ -91,10 +91,22 @@ down() {
 
 status() { if [[ -n "$(pg_bin)" ]] && ready; then say "running on 127.0.0.1:$PORT"; else say "stopped"; return 3; fi; }
 
+# `crash`: stop as a crash would (every server process quits at once, nothing is flushed or
+# checkpointed; the next `up` runs crash recovery from the write-ahead log).  For the outage tests.
+crash() {
+  if ready; then
+    say "crashing the server (immediate stop)"
+    as_owner "$(pg_bin)/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null
+  else
+    say "not running"
+  fi
+}
+
 case "${1:-up}" in
   up) up ;;
   down) down ;;
   status) status ;;
   reset) down; rm -rf "$DATA"; say "cluster removed" ;;
-  *) echo "usage: $0 up|down|status|reset" >&2; exit 2 ;;
+  crash) crash ;;
+  *) echo "usage: $0 up|down|status|reset|crash" >&2; exit 2 ;;
 esac

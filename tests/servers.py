@@ -56,3 +56,26 @@ def database_url() -> Iterator[str]:
     else:
         _infra("postgres.sh")
         yield f"postgresql://tessera@127.0.0.1:{os.environ.get('TESSERA_PG_PORT', '15432')}/tessera"
+
+
+def own_servers() -> bool:
+    """Whether the tests run on the project's own native servers (``infra/``), the only ones a
+    test may stop and start again: servers named by the environment belong to someone else, and
+    testcontainers' are not restarted in place."""
+    return (
+        not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        and not os.environ.get("DATABASE_URL")
+        and (not docker_engine_answers())
+    )
+
+
+def crash(server: str) -> None:
+    """Crash one of the project's own servers: ``kafka`` is killed (SIGKILL), ``postgres`` stops
+    immediately (every process at once, nothing checkpointed), as ``infra/<server>.sh crash``."""
+    subprocess.run([str(ROOT / "infra" / f"{server}.sh"), "crash"], check=True)
+
+
+def restart(server: str) -> None:
+    """Start a crashed server again on the same data (``infra/<server>.sh up``: Kafka recovers
+    its logs, PostgreSQL replays its write-ahead log); returns once it answers."""
+    subprocess.run([str(ROOT / "infra" / f"{server}.sh"), "up"], check=True)

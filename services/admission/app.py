@@ -7,6 +7,7 @@ idempotent handlers make the redelivery harmless.  Run: ``python -m services.adm
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from services.admission.batch import ATTEMPTS, Admission
 from services.admission.handlers import QueueRights
 from shared.bus import BusConsumer, BusProducer, ensure_topics
 from shared.eventstore.postgres import PostgresEventStore
+from shared.eventstore.retry import until_available
 from shared.service import run_service
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
@@ -58,7 +60,10 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
                     ready = True
                 if not batch:
                     continue
-                verdicts = await admission.decide([d.value for d in batch])
+                # The batch's offsets are committed only once it is written: while PostgreSQL is
+                # away the same batch waits and is tried again, so no accepted job is lost.
+                decide = functools.partial(admission.decide, [d.value for d in batch])
+                verdicts = await until_available(decide, "admitting a batch")
                 for delivery, verdict in zip(batch, verdicts, strict=True):
                     log.debug("%s %s", delivery.key, verdict)
                     if verdict == "conflict":  # not handled: kept, with why, instead of dropped

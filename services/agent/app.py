@@ -22,20 +22,27 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
 import time
 from pathlib import Path
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
-
 from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding, TaskStopped
 from schemas.node import GpuDevice, NodeHeartbeat, NodeInventory
 from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime, TaskEnd, TaskRun
 from shared.bus import BusProducer, ensure_topics
-from shared.eventstore import ANY_VERSION, NO_STREAM, ConcurrencyError, EventStore, NewEvent
+from shared.eventstore import (
+    ANY_VERSION,
+    NO_STREAM,
+    ConcurrencyError,
+    EventStore,
+    NewEvent,
+    StoreUnavailableError,
+)
 from shared.eventstore.postgres import PostgresEventStore
+from shared.eventstore.retry import until_available
 from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
@@ -163,8 +170,19 @@ class Agent:
         tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(self._heartbeats(stop))]
         mark_ready(self.ready_name)
         try:
+            away = 0.0  # how long to wait before trying again while PostgreSQL is away
             while not stop.is_set():
-                await self._reconcile(store)
+                try:
+                    await self._reconcile(store)
+                    away = 0.0
+                except StoreUnavailableError as exc:
+                    # A restart or crash of PostgreSQL: the jobs stay marked changed and are
+                    # looked at again once it answers; running tasks go on meanwhile.
+                    away = min(5.0, max(0.2, 2 * away))
+                    log.warning("the event store is unavailable (%s); retrying in %.1f s", exc, away)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), away)
+                    continue
                 follower.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(follower.changed.wait(), 0.5)
@@ -365,21 +383,11 @@ class Agent:
         events = [NewEvent(job_stream(end.job_id), event.type, data), NewEvent(task, event.type, data)]
         expected = {job_stream(end.job_id): ANY_VERSION, task: NO_STREAM if never_started else 1}
         self.outbox.put(end)
-        try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(OSError),
-                wait=wait_exponential(multiplier=0.2, max=5.0),
-                before_sleep=lambda state: log.warning(
-                    "reporting %s/%d: %s; retrying",
-                    end.job_id,
-                    end.task,
-                    state.outcome.exception() if state.outcome else "",
-                ),
-            ):
-                with attempt:
-                    await store.append(events, expected)
-        except ConcurrencyError:
-            pass  # already ended by another instance (or started by one, for a claim-stop)
+        # A conflict: already ended by another instance (or started by one, for a claim-stop).
+        with contextlib.suppress(ConcurrencyError):
+            await until_available(
+                functools.partial(store.append, events, expected), f"reporting {end.job_id}/{end.task}"
+            )
         self.outbox.remove(end)
 
 

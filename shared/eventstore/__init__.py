@@ -7,6 +7,15 @@ from shared.eventstore.port import (
     EventStore,
     NewEvent,
     RecordedEvent,
+    StoreUnavailableError,
 )
 
-__all__ = ["ANY_VERSION", "NO_STREAM", "ConcurrencyError", "EventStore", "NewEvent", "RecordedEvent"]
+__all__ = [
+    "ANY_VERSION",
+    "NO_STREAM",
+    "ConcurrencyError",
+    "EventStore",
+    "NewEvent",
+    "RecordedEvent",
+    "StoreUnavailableError",
+]

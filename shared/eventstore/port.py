@@ -53,6 +53,15 @@ class ConcurrencyError(Exception):
         self.conflicts = dict(conflicts)
 
 
+class StoreUnavailableError(ConnectionError):
+    """The store could not be reached, or lost the connection during the call (a restart, a
+    crash, a network fault): transient, so retry.  An ``append`` that raised it may or may not
+    have been written; retrying it with the same expected versions is safe (it then conflicts
+    if it was).  An ``OSError``, so code that rides out network faults rides this out too; each
+    adapter turns its driver's own connection errors into it, so services need not know the
+    adapter."""
+
+
 class EventStore(abc.ABC):
     """An append-only, multi-stream event log with optimistic concurrency."""
 

@@ -29,6 +29,7 @@ from shared.eventstore.port import (
     EventStore,
     NewEvent,
     RecordedEvent,
+    StoreUnavailableError,
     check_named,
 )
 
@@ -106,6 +107,17 @@ FROM events WHERE position > $1 ORDER BY position LIMIT $2
 """
 
 
+TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08
+    asyncpg.CannotConnectNowError,  # 57P03: starting up, shutting down, in recovery
+    asyncpg.AdminShutdownError,  # 57P01: terminated by an administrator (a fast or immediate stop)
+    asyncpg.CrashShutdownError,  # 57P02: terminated because another server process crashed
+    asyncpg.ConnectionDoesNotExistError,  # the connection closed in the middle of the call
+)
+"""What a PostgreSQL restart or crash raises: the store is unavailable for now, not wrong."""
+
+
 class PostgresEventStore(EventStore):
     def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
         self.pool = pool
@@ -121,6 +133,16 @@ class PostgresEventStore(EventStore):
     async def close(self) -> None:
         await self.pool.close()
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection; PostgreSQL's connection failures (refused, reset, "the database
+        system is starting up", shut down under the call) come out as :class:`StoreUnavailableError`."""
+        try:
+            async with self.pool.acquire() as con:
+                yield con
+        except TRANSIENT as exc:
+            raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+
     async def append(
         self,
         events: Sequence[NewEvent],
@@ -129,7 +151,7 @@ class PostgresEventStore(EventStore):
     ) -> list[RecordedEvent]:
         check_named(expected, {e.stream for e in events})  # the versions are checked under the lock
         try:
-            async with self.pool.acquire() as con:
+            async with self._connection() as con:
                 rows = await con.fetch(
                     "SELECT * FROM tessera_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     APPEND_LOCK,
@@ -164,12 +186,12 @@ class PostgresEventStore(EventStore):
         ]
 
     async def stream_version(self, stream: str) -> int:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             version = await con.fetchval("SELECT version FROM streams WHERE stream = $1", stream)
         return int(version) if version is not None else NO_STREAM
 
     async def read_stream(self, stream: str, after_version: int = 0) -> list[RecordedEvent]:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             rows = await con.fetch(
                 "SELECT * FROM events WHERE stream = $1 AND version > $2 ORDER BY version",
                 stream,
@@ -180,7 +202,7 @@ class PostgresEventStore(EventStore):
     async def read_streams(
         self, streams: Collection[str], up_to_version: int | None = None
     ) -> dict[str, list[RecordedEvent]]:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             rows = await con.fetch(
                 "SELECT * FROM events WHERE stream = ANY($1::text[]) AND version <= $2"
                 " ORDER BY stream, version",
@@ -195,7 +217,7 @@ class PostgresEventStore(EventStore):
     async def read_all(
         self, after_position: int = 0, limit: int = 1000, types: Collection[str] | None = None
     ) -> list[RecordedEvent]:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             if types is None:
                 rows = await con.fetch(
                     "SELECT * FROM events WHERE position > $1 ORDER BY position LIMIT $2",
@@ -214,7 +236,7 @@ class PostgresEventStore(EventStore):
 
     async def read_envelopes(self, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """Like :meth:`read_all`, in the relay's wire form (see :class:`Envelope`)."""
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             rows = await con.fetch(_ENVELOPES, after_position, limit)
         return [
             Envelope(
@@ -224,7 +246,7 @@ class PostgresEventStore(EventStore):
         ]
 
     async def last_position(self) -> int:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             value = await con.fetchval("SELECT coalesce(max(position), 0) FROM events")
         return int(value)
 
@@ -232,7 +254,7 @@ class PostgresEventStore(EventStore):
         # A snapshot is megabytes of JSON: encoded in a thread, so the caller's event loop (a
         # placement worker's) keeps turning meanwhile.  ``state`` must not change until this returns.
         body = await asyncio.to_thread(json.dumps, dict(state))
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             await con.execute(
                 """
                 INSERT INTO snapshots (name, position, state) VALUES ($1, $2, $3::text::jsonb)
@@ -249,7 +271,7 @@ class PostgresEventStore(EventStore):
     async def exclusive(self, key: int) -> AsyncIterator[bool]:
         """Try to take the session-level advisory lock ``key``; yields whether it was taken (so
         only one of several processes does a piece of work) and releases it afterwards."""
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             taken = bool(await con.fetchval("SELECT pg_try_advisory_lock($1)", key))
             try:
                 yield taken
@@ -258,26 +280,26 @@ class PostgresEventStore(EventStore):
                     await con.execute("SELECT pg_advisory_unlock($1)", key)
 
     async def load_snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             row = await con.fetchrow("SELECT position, state FROM snapshots WHERE name = $1", name)
         return (int(row["position"]), dict(row["state"])) if row else None
 
     async def snapshot_position(self, name: str) -> int:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             value = await con.fetchval("SELECT position FROM snapshots WHERE name = $1", name)
         return int(value) if value is not None else 0
 
     async def log_id(self) -> str:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             return str(await con.fetchval("SELECT id FROM log_identity"))
 
     async def tracked_position(self, consumer: str) -> int:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             value = await con.fetchval("SELECT position FROM tracking WHERE consumer = $1", consumer)
         return int(value) if value is not None else 0
 
     async def track(self, consumer: str, position: int) -> None:
-        async with self.pool.acquire() as con:
+        async with self._connection() as con:
             await self._track(con, consumer, position)
 
     @staticmethod

@@ -1,0 +1,75 @@
+"""Kafka and PostgreSQL crash and come back while jobs flow: no accepted job is lost, none runs
+twice, no GPU is given twice, and every service rides the outage out.
+
+Only on the project's own servers (``infra/``): a test may not crash servers that the
+environment names (someone else's) or testcontainers' (not restarted in place).  Each crash is
+the real thing: Kafka's broker is killed with SIGKILL, PostgreSQL stops immediately (every
+process at once, nothing checkpointed, crash recovery on the next start).  A job is accepted
+once Kafka has it: while PostgreSQL is down, jobs are still submitted, and admission must hold
+them until it can write them; while Kafka is down nothing can be submitted (the producer
+fails), so those jobs come after it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import pytest
+
+from loadtests.live_stack import LiveStack, log_of
+from shared.cli import stack
+from shared.state.fold import ClusterView
+from tests.e2e.test_pipeline import TRACES, assert_exactly_once, trace_specs
+from tests.servers import crash, own_servers, restart
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not own_servers(), reason="crashes only the project's own servers (infra/)"),
+]
+
+
+async def _placed(live: LiveStack, at_least: int, timeout: float) -> int:
+    """Wait until at least ``at_least`` jobs of the log are placed; the count."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        events = await log_of(live.settings.database_url)
+        placed = sum(1 for e in events if e.type == "JobPlaced")
+        if placed >= at_least or loop.time() > deadline:
+            return placed
+        await asyncio.sleep(0.5)
+
+
+@pytest.mark.parametrize("server", ["kafka", "postgres"])
+async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
+    live: LiveStack, server: str
+) -> None:
+    nodes = str(TRACES / "openb_node_list_gpu_node.csv")
+    await live.standard(
+        workers=2, agent=["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
+    )
+    specs = trace_specs(300, speedup=500, tag=f"crash-{server}")
+    await stack.submit(specs[:150], live.settings)
+    assert await _placed(live, 20, timeout=60) >= 20, "nothing was placed before the crash"
+    # The crash lands while jobs are being placed, started and ended.
+    try:
+        await asyncio.to_thread(crash, server)
+        if server == "postgres":
+            await stack.submit(specs[150:200], live.settings)  # accepted by Kafka, not yet written
+        await asyncio.sleep(3.0)  # the outage lasts: every service meets it
+    finally:
+        await asyncio.to_thread(restart, server)
+    await stack.submit(specs[200:] if server == "postgres" else specs[150:], live.settings)
+    states = await live.wait_terminal([s.id for s in specs], timeout=300)
+    outcome = collections.Counter(states.values())
+    assert outcome == {"finished": len(specs)}, outcome
+    events = await log_of(live.settings.database_url)
+    # Replaying the log re-takes every placement on the cluster model, which refuses any
+    # over-commit: a replay that completes proves nothing was given twice.
+    replay = ClusterView()
+    replay.apply_all(events)
+    assert replay.cluster is not None and replay.cluster.used_gpu_milli() == 0
+    assert_exactly_once(events, [s.id for s in specs])
+    exited = {name: p.returncode for name, p in live.procs.items() if p.returncode is not None}
+    assert not exited, f"services exited during the outage: {exited}"
