@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from shared.cli.reach import run_reaching
 from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES
 from shared.sim.policies import TIMELINE_POLICIES
 from shared.sim.trace import TraceError
@@ -243,7 +244,6 @@ def submit(
     timeout: Annotated[float, typer.Option(help="--wait: give up after this many seconds")] = 600.0,
 ) -> None:
     """Validate a job file and produce it to Kafka (tessera.submissions)."""
-    import asyncio
 
     from pydantic import ValidationError
 
@@ -264,11 +264,11 @@ def submit(
             console.print(f"[red]{job_file}: {job}: {reason}[/red]")
     if refused:
         raise typer.Exit(2)
-    asyncio.run(stack.submit(specs))
+    run_reaching(stack.submit(specs), f"submitting {job_file}", console)
     for spec in specs:
         console.print(f"submitted {spec.id} ({spec.replicas} replica(s)) to queue {spec.queue}")
     if wait:
-        states = asyncio.run(stack.wait_for([s.id for s in specs], timeout))
+        states = run_reaching(stack.wait_for([s.id for s in specs], timeout), "following the jobs", console)
         for job, state in states.items():
             console.print(f"{job}: {state}")
         if any(state != "finished" for state in states.values()):
@@ -276,18 +276,17 @@ def submit(
 
 
 def _node_command(node: str, drain: bool, reason: str, wait: float) -> None:
-    import asyncio
     import time
 
     from schemas import DrainNode, UncordonNode
     from shared.cli import stack
 
     command = DrainNode(node=node, reason=reason) if drain else UncordonNode(node=node)
-    asyncio.run(stack.send_command(command))
+    run_reaching(stack.send_command(command), "sending the command", console)
     console.print(f"{'drain' if drain else 'uncordon'} of {node} sent")
     deadline = time.time() + wait
     while time.time() < deadline:
-        view, _ = asyncio.run(stack.read_view())
+        view, _ = run_reaching(stack.read_view(), "reading the cluster's state", console)
         c = view.condition(node)
         if drain and c.drained:
             console.print(f"{node} drained: nothing runs there, nothing new goes there")
@@ -324,13 +323,12 @@ def uncordon(
 @app.command()
 def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list")] = 15) -> None:
     """Nodes, queues and jobs as the event store has them."""
-    import asyncio
 
     from rich.table import Table
 
     from shared.cli import stack
 
-    view, rejections = asyncio.run(stack.read_view())
+    view, rejections = run_reaching(stack.read_view(), "reading the cluster's state", console)
     services = stack.running_services()
     console.print(f"services: {', '.join(f'{n}({p})' for n, p in services.items()) or 'none running'}")
     cluster = view.cluster
@@ -495,7 +493,6 @@ def queue_apply(
     tree_file: Annotated[Path, typer.Argument(help="YAML queue tree (kind: QueueTree)")],
 ) -> None:
     """Validate a queue tree and produce it to Kafka; admission stores it as ``QueuesApplied``."""
-    import asyncio
 
     import yaml
     from pydantic import ValidationError
@@ -515,18 +512,17 @@ def queue_apply(
     except ValueError as exc:
         console.print(f"[red]{tree_file}: {exc}[/red]")
         raise typer.Exit(2) from None
-    asyncio.run(stack.apply_queues(tree))
+    run_reaching(stack.apply_queues(tree), "applying the queue tree", console)
     console.print(f"applied {len(tree.walk())} queue(s) from {tree_file}")
 
 
 @queue_app.command("show")
 def queue_show() -> None:
     """The queues as the event store has them: guarantee, deserved share, usage, borrowing."""
-    import asyncio
 
     from shared.cli import stack
 
-    view, _ = asyncio.run(stack.read_view())
+    view, _ = run_reaching(stack.read_view(), "reading the cluster's state", console)
     console.print(queue_table(view))
 
 

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from shared.cli.main import app
@@ -133,3 +134,13 @@ def test_tessera_up_gives_each_placement_worker_its_own_share_of_the_nodes() -> 
     assert shards == ["0/3", "1/3", "2/3"]
     alone = service_commands(1, "process", None, None, 1.0, "tessera")["placement-1"]
     assert "--shard" not in alone
+
+
+def test_status_with_postgresql_out_of_reach_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No traceback: the server, its address and what to try, exit status 1."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://tessera@127.0.0.1:1/tessera")  # nothing listens
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 1
+    out = " ".join(result.output.split())
+    assert "cannot reach PostgreSQL at 127.0.0.1:1/tessera" in out and "tessera infra up" in out
+    assert "Traceback" not in result.output

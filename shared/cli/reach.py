@@ -1,0 +1,44 @@
+"""Running a CLI command's coroutine against Kafka and PostgreSQL, saying plainly when either is
+out of reach: one red line naming the server, its address and what to try, exit status 1, no
+traceback (a user who typed ``tessera submit`` with Kafka down should read "Kafka is not
+running", not an aiokafka stack)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import typer
+from rich.console import Console
+
+T = TypeVar("T")
+
+
+def _where_postgres(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 5432}{parts.path}"
+
+
+def run_reaching(coro: Coroutine[Any, Any, T], doing: str, console: Console) -> T:
+    """``asyncio.run(coro)``; Kafka or PostgreSQL out of reach ends the command with a clear line."""
+    import asyncpg
+    from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    from shared.settings import Settings
+
+    settings = Settings()
+    try:
+        return asyncio.run(coro)
+    except (KafkaConnectionError, KafkaTimeoutError) as exc:
+        server = f"Kafka at {settings.kafka_bootstrap_servers}"
+        reason = str(exc)
+    except (ConnectionError, asyncpg.CannotConnectNowError, asyncpg.PostgresConnectionError) as exc:
+        server = f"PostgreSQL at {_where_postgres(settings.database_url)}"
+        reason = str(exc)
+    console.print(
+        f"[red]{doing}: cannot reach {server} ({reason}).  Is it running?  `tessera infra status` "
+        "says; `tessera infra up` starts the project's own.  Nothing was changed.[/red]"
+    )
+    raise typer.Exit(1)
