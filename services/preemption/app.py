@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from schemas.node import NodeHeartbeat
@@ -38,19 +39,43 @@ from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.preemption")
 TICK_S = 0.25
+PROBE_S = 1.0  # how often the heartbeat listener checks that Kafka answers
+PROBE_TIMEOUT_S = 2.0
 BATCH_STEPS = 200  # steps per append at most (one transaction stays short)
 
 
 class Leases(Mapping[str, float]):
-    """When each node's agent was last heard, on this process's clock."""
+    """When each node's agent was last heard, on this process's clock.
+
+    A lease ages only while the heartbeat topic can be reached: while Kafka is out of reach no
+    agent can be heard, and counting that silence against the nodes would declare every node
+    lost and evict every running job (a Kafka restart of half a minute would do it; the
+    Kubernetes node controller stops evicting in a full disruption for the same reason).  So
+    every node counts as heard whenever a probe finds the topic unreachable, and once more when
+    it is reached again (their next beats take up to a heartbeat period to arrive)."""
 
     def __init__(self, since: float) -> None:
         self.since = since  # nodes not heard yet count as heard at the service's start
         self.heard: dict[str, float] = {}
+        self.bus_up = True
 
     def renew(self, beat: NodeHeartbeat, at: float) -> None:
         for node in beat.nodes:
             self.heard[node] = at
+
+    def bus(self, at: float, reachable: bool) -> None:
+        """Note whether a probe at ``at`` reached the heartbeat topic (see the class)."""
+        if not reachable or not self.bus_up:
+            self.since = max(self.since, at)
+            for node in self.heard:
+                self.heard[node] = max(self.heard[node], at)
+        if reachable != self.bus_up:
+            log.warning(
+                "heartbeat topic %s: leases %s",
+                "reached again" if reachable else "out of reach",
+                "run again from now" if reachable else "held",
+            )
+        self.bus_up = reachable
 
     def __getitem__(self, node: str) -> float:
         """When ``node`` was last heard; the service's start for one never heard (so never a
@@ -82,6 +107,7 @@ async def listen(settings: Settings, leases: Leases, stop: asyncio.Event) -> Non
         tp = TopicPartition(settings.topics.heartbeats, 0)
         consumer.assign([tp])
         await consumer.seek_to_end(tp)
+        probed = 0.0
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200, max_records=1000)
             now = time.time()
@@ -91,8 +117,20 @@ async def listen(settings: Settings, leases: Leases, stop: asyncio.Event) -> Non
                         leases.renew(NodeHeartbeat.model_validate_json(record.value or b""), now)
                     except ValidationError:
                         log.warning("not a heartbeat at offset %d", record.offset)
+            if now - probed >= PROBE_S:  # an empty poll does not say whether Kafka answered
+                probed = now
+                leases.bus(time.time(), await _reachable(consumer, tp))
     finally:
         await consumer.stop()
+
+
+async def _reachable(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
+    """Whether the broker answers for the heartbeat topic now (its end offset, within a bound)."""
+    try:
+        await asyncio.wait_for(consumer.end_offsets([tp]), PROBE_TIMEOUT_S)
+    except (KafkaError, TimeoutError, OSError):
+        return False
+    return True
 
 
 async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: Knobs, watch: Watch) -> int:
@@ -155,10 +193,11 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
             try:
                 if await act(store, view, leases, k, watch):
                     continue  # look again at once: one step often makes the next one due
-            except OSError:
-                log.exception("event store unreachable; retrying")
+            except OSError as exc:  # PostgreSQL restarting or down (StoreUnavailableError)
+                log.warning("event store unreachable (%s); retrying", exc)
                 await asyncio.sleep(1.0)
-                await catch_up(view, store)
+                with contextlib.suppress(OSError):  # still away: the next round tries again
+                    await catch_up(view, store)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(follower.changed.wait(), TICK_S)

@@ -46,6 +46,9 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
     live: LiveStack, server: str
 ) -> None:
     nodes = str(TRACES / "openb_node_list_gpu_node.csv")
+    # Leases shorter than the outage: a preemption service that counted the silence of a Kafka
+    # outage against the nodes would declare them all lost and evict every running job.
+    live.env.update(TESSERA_HEARTBEAT_S="1", TESSERA_LEASE_S="6", TESSERA_REQUEUE_AFTER_S="1")
     await live.standard(
         workers=2, agent=["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
     )
@@ -57,7 +60,7 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
         await asyncio.to_thread(crash, server)
         if server == "postgres":
             await stack.submit(specs[150:200], live.settings)  # accepted by Kafka, not yet written
-        await asyncio.sleep(3.0)  # the outage lasts: every service meets it
+        await asyncio.sleep(8.0)  # the outage outlasts a lease: every service meets it
     finally:
         await asyncio.to_thread(restart, server)
     await stack.submit(specs[200:] if server == "postgres" else specs[150:], live.settings)
@@ -71,5 +74,6 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
     replay.apply_all(events)
     assert replay.cluster is not None and replay.cluster.used_gpu_milli() == 0
     assert_exactly_once(events, [s.id for s in specs])
+    assert not [e.stream for e in events if e.type == "NodeNotReady"], "an outage was taken for lost nodes"
     exited = {name: p.returncode for name, p in live.procs.items() if p.returncode is not None}
     assert not exited, f"services exited during the outage: {exited}"

@@ -280,6 +280,27 @@ def test_a_node_never_heard_counts_as_heard_at_the_service_start() -> None:
     assert leases.get("a", 0.0) == T0 + 5 and leases.get("b", 0.0) == T0 and leases["b"] == T0
 
 
+def test_leases_do_not_age_while_kafka_is_out_of_reach() -> None:
+    """No agent can be heard while the heartbeat topic is out of reach: that silence must not
+    declare nodes lost (every running job would be evicted by a Kafka restart)."""
+    from schemas.node import NodeHeartbeat
+    from services.preemption.app import Leases
+
+    log = Log()
+    _cluster(log)
+    leases = Leases(since=T0)
+    leases.renew(NodeHeartbeat.model_validate({"agent": "x", "nodes": ["a", "b"], "at": T0}), T0)
+    leases.bus(T0 + 10, reachable=False)  # Kafka goes down; the probes keep failing
+    leases.bus(T0 + 40, reachable=False)
+    assert (
+        decide(log.view, T0 + 45, leases, KNOBS, Watch(sweep_s=0.0)) == []
+    )  # 45 s silent, 5 s of them counted
+    leases.bus(T0 + 100, reachable=True)  # back: a fresh lease from now, beats are on their way
+    assert decide(log.view, T0 + 125, leases, KNOBS, Watch(sweep_s=0.0)) == []
+    steps = decide(log.view, T0 + 131, leases, KNOBS, Watch(sweep_s=0.0))  # still silent 31 s after
+    assert _types(steps) == ["NodeNotReady", "NodeNotReady"]
+
+
 def _elastic(log: Log, job: str, node: str, elastic: str = "1:2", priority: int = -100) -> None:
     """A checkpointable elastic job of 1-GPU replicas (``elastic``: min:max) running two on ``node``."""
     spec = JobSpec.model_validate(
