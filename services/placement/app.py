@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan, shard_mask
 from shared.bus import ensure_topics
+from shared.bus.consumer import commit_or_yield
 from shared.bus.gather import gather_pause
 from shared.core.cluster import BoolArray
 from shared.core.cycle import CycleConfig
@@ -106,7 +107,7 @@ class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
         if self.consumer is not None and self.view is not None:
             offsets = {tp: o for tp, o in self.done_offsets(self.view).items() if tp in revoked}
             if offsets:
-                await self.consumer.commit(offsets)
+                await commit_or_yield(self.consumer, offsets)
         for tp in revoked:
             self.items.pop(tp, None)
 
@@ -275,7 +276,7 @@ class Worker:
         while not stop.is_set():
             offsets = self.work.done_offsets(self.view)
             if offsets:
-                await consumer.commit(offsets)
+                await commit_or_yield(consumer, offsets)
             owned = self.work.owned()
             pending = [j for j in self.view.pending() if j.spec.id in owned] if self.view.cluster else []
             growable = self.growable() if self.view.cluster else []

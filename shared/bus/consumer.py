@@ -14,11 +14,13 @@ Lifecycle contract (written here because aiokafka leaves it to the caller):
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from opentelemetry import context as otel_context
 from pydantic import TypeAdapter, ValidationError
@@ -27,6 +29,8 @@ from shared.bus import tracing
 from shared.bus.gather import gather_pause
 from shared.bus.producer import BusProducer
 from shared.bus.topics import DEADLETTER
+
+log = logging.getLogger("tessera.bus")
 
 T = TypeVar("T")
 
@@ -40,6 +44,20 @@ class Delivery(Generic[T]):
     @property
     def key(self) -> str | None:
         return self.record.key.decode() if self.record.key else None
+
+
+async def commit_or_yield(consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> bool:
+    """Commit ``offsets``; False, with a warning, when Kafka refuses because the group moved on
+    (a rebalance, as a broker restart causes, gave the partitions to another member or dropped
+    this one).  Nothing is lost: the partitions' next owner gets the uncommitted messages again,
+    and every consumer here takes a redelivery for the duplicate it is.  (Raising instead took
+    a placement worker down in a Kafka restart.)"""
+    try:
+        await consumer.commit(offsets)
+    except KafkaError as exc:
+        log.warning("offsets not committed (%s): the partitions' next owner gets them again", exc)
+        return False
+    return True
 
 
 class _CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -106,7 +124,7 @@ class BusConsumer(Generic[T]):
     async def commit(self, only: set[TopicPartition] | None = None) -> None:
         offsets = {tp: off for tp, off in self._processed.items() if only is None or tp in only}
         if offsets:
-            await self._consumer.commit(offsets)
+            await commit_or_yield(self._consumer, offsets)
             for tp in offsets:
                 if self._processed.get(tp) == offsets[tp]:
                     del self._processed[tp]
