@@ -74,6 +74,10 @@ class JobStarted(_Event):
     task: int = 0
     attempt: int = 0
     pid: int | None = None
+    claim: str | None = None
+    """The agent process that claimed the task (a random id per process): an agent whose append
+    was written but whose reply was lost (the store crashed under it) reads the task's stream to
+    learn that the claim is its own."""
 
 
 class JobFinished(_Event):

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 
 from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding, TaskStopped
@@ -139,6 +140,7 @@ class Agent:
         self.store: EventStore | None = None
         self.ready_name = os.environ.get("TESSERA_SERVICE_NAME", "agent")
         self.outbox = Outbox(Path(settings.agent_state_dir) / self.ready_name / "outbox")
+        self.claim_id = uuid.uuid4().hex  # names this process's claims (JobStarted.claim)
         self.checkpoints = Path(settings.checkpoint_root).resolve()
 
     async def register(self, store: EventStore) -> None:
@@ -318,7 +320,9 @@ class Agent:
         def started(record: JobRecord, binding: TaskBinding) -> tuple[list[NewEvent], dict[str, int]]:
             job_id = record.spec.id
             attempt = record.status.attempt
-            event = JobStarted(job_id=job_id, node=binding.node, task=binding.task, attempt=attempt)
+            event = JobStarted(
+                job_id=job_id, node=binding.node, task=binding.task, attempt=attempt, claim=self.claim_id
+            )
             data = event.model_dump(mode="json")
             task = task_stream(job_id, binding.task, attempt)
             events = [NewEvent(job_stream(job_id), event.type, data), NewEvent(task, event.type, data)]
@@ -331,15 +335,23 @@ class Agent:
             events += e
             expected.update(x)
         try:
-            await store.append(events, expected)
+            await until_available(functools.partial(store.append, events, expected), "claiming tasks")
             return tasks
         except ConcurrencyError:
             if len(tasks) == 1:
-                return []  # another agent instance started it, or an eviction claimed it stopped
+                # Another agent instance started it, or an eviction claimed it stopped; or this
+                # very claim was written before the store went away and its retry conflicts.
+                return tasks if await self._claimed_here(store, *tasks[0]) else []
         claimed = []
         for one in tasks:
             claimed += await self._claim(store, [one])
         return claimed
+
+    async def _claimed_here(self, store: EventStore, record: JobRecord, binding: TaskBinding) -> bool:
+        """Whether the task's stream starts with this process's claim."""
+        stream = task_stream(record.spec.id, binding.task, record.status.attempt)
+        first = await until_available(functools.partial(store.read_stream, stream), "reading a claim")
+        return bool(first) and first[0].type == "JobStarted" and first[0].data.get("claim") == self.claim_id
 
     def _end_event(self, end: TaskEnd, node: str) -> TaskStopped | JobFinished | JobFailed:
         if end.stopped:

@@ -12,7 +12,7 @@ from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, T
 from schemas.node import GpuDevice, NodeInventory
 from services.agent.app import Agent
 from services.agent.runtime import SimulatedRuntime, TaskEnd
-from shared.eventstore import NewEvent, RecordedEvent
+from shared.eventstore import NewEvent, RecordedEvent, StoreUnavailableError
 from shared.eventstore.memory import InMemoryEventStore
 from shared.settings import Settings
 from shared.state.follow import catch_up
@@ -37,7 +37,7 @@ class Flaky(InMemoryEventStore):
         return await super().append(events, expected, tracking)
 
 
-async def _running_job(store: InMemoryEventStore) -> None:
+async def _running_job(store: InMemoryEventStore, started: bool = True) -> None:
     inv = NodeInventory(name="n", cpu="8", memory="16Gi", gpus=[GpuDevice(index=0, model="T4")])
     spec = JobSpec.model_validate({"id": "j", "tenant": "t", "resources": {"cpu": "1", "nvidia.com/gpu": 1}})
     binding = TaskBinding(task=0, node="n", gpus=[0], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
@@ -48,9 +48,11 @@ async def _running_job(store: InMemoryEventStore) -> None:
     ):
         data = event.model_dump(mode="json", by_alias=True)
         await store.append([NewEvent(stream, data["type"], data)], {stream: -1})
-    started = JobStarted(job_id="j", node="n").model_dump(mode="json")
+    if not started:
+        return
+    begun = JobStarted(job_id="j", node="n").model_dump(mode="json")
     await store.append(
-        [NewEvent("job-j", "JobStarted", started), NewEvent("task-j-0", "JobStarted", started)],
+        [NewEvent("job-j", "JobStarted", begun), NewEvent("task-j-0", "JobStarted", begun)],
         {"job-j": -1, "task-j-0": 0},
     )
 
@@ -92,3 +94,41 @@ async def test_an_end_not_yet_recorded_is_found_and_reported_by_the_next_agent(t
 
 def _ends(events: list[RecordedEvent]) -> int:
     return sum(1 for e in events if e.stream == "job-j" and e.type == "JobFinished")
+
+
+class LostReply(InMemoryEventStore):
+    """Writes the first claim (``JobStarted``), then fails as if the store crashed before the
+    reply came back: the caller cannot tell that its append was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    async def append(
+        self,
+        events: Sequence[NewEvent],
+        expected: Mapping[str, int],
+        tracking: tuple[str, int] | None = None,
+    ) -> list[RecordedEvent]:
+        written = await super().append(events, expected, tracking)
+        if self.lost == 0 and any(e.type == "JobStarted" for e in events):
+            self.lost += 1
+            raise StoreUnavailableError("connection was closed in the middle of operation")
+        return written
+
+
+async def test_a_claim_written_before_its_reply_was_lost_is_still_this_agents(tmp_path: Path) -> None:
+    """The retry of a claim that was in fact written conflicts; the agent reads the task's stream,
+    finds its own claim there and runs the task (before, it took the task for another agent's
+    and a real process was then reported lost)."""
+    store = LostReply()
+    await _running_job(store, started=False)
+    agent = await _agent(store, tmp_path)
+    record = agent.view.jobs["j"]
+    claimed = await agent._claim(store, [(record, record.bindings[0])])
+    assert [(r.spec.id, b.task) for r, b in claimed] == [("j", 0)] and store.lost == 1
+    starts = [e for e in await store.read_all(0, 100) if e.stream == "task-j-0"]
+    assert len(starts) == 1 and starts[0].data["claim"] == agent.claim_id  # written once
+    # Another process's claim is not taken for its own.
+    other = await _agent(store, tmp_path)
+    assert await other._claim(store, [(record, record.bindings[0])]) == []
