@@ -18,12 +18,14 @@ from shared.settings import Settings
 from shared.state.follow import catch_up
 
 
-class Flaky(InMemoryEventStore):
-    """Refuses appends with ``OSError`` (a dropped connection) ``failures`` times."""
+class Faulty(InMemoryEventStore):
+    """Fails the appends :meth:`fails` picks, as a store going away does: with ``written``, after
+    writing them (the reply was lost), else before (the connection dropped)."""
 
-    def __init__(self, failures: int) -> None:
-        super().__init__()
-        self.failures = failures
+    written = False
+
+    def fails(self, events: Sequence[NewEvent]) -> bool:
+        return False
 
     async def append(
         self,
@@ -31,10 +33,25 @@ class Flaky(InMemoryEventStore):
         expected: Mapping[str, int],
         tracking: tuple[str, int] | None = None,
     ) -> list[RecordedEvent]:
+        if not self.fails(events):
+            return await super().append(events, expected, tracking)
+        if self.written:
+            await super().append(events, expected, tracking)
+        raise StoreUnavailableError("connection was closed in the middle of operation")
+
+
+class Flaky(Faulty):
+    """Refuses ``failures`` task ends (``JobFinished``) before writing them."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def fails(self, events: Sequence[NewEvent]) -> bool:
         if self.failures > 0 and any(e.type == "JobFinished" for e in events):
             self.failures -= 1
-            raise OSError("connection reset")
-        return await super().append(events, expected, tracking)
+            return True
+        return False
 
 
 async def _running_job(store: InMemoryEventStore, started: bool = True) -> None:
@@ -96,25 +113,21 @@ def _ends(events: list[RecordedEvent]) -> int:
     return sum(1 for e in events if e.stream == "job-j" and e.type == "JobFinished")
 
 
-class LostReply(InMemoryEventStore):
+class LostReply(Faulty):
     """Writes the first claim (``JobStarted``), then fails as if the store crashed before the
     reply came back: the caller cannot tell that its append was written."""
+
+    written = True
 
     def __init__(self) -> None:
         super().__init__()
         self.lost = 0
 
-    async def append(
-        self,
-        events: Sequence[NewEvent],
-        expected: Mapping[str, int],
-        tracking: tuple[str, int] | None = None,
-    ) -> list[RecordedEvent]:
-        written = await super().append(events, expected, tracking)
+    def fails(self, events: Sequence[NewEvent]) -> bool:
         if self.lost == 0 and any(e.type == "JobStarted" for e in events):
             self.lost += 1
-            raise StoreUnavailableError("connection was closed in the middle of operation")
-        return written
+            return True
+        return False
 
 
 async def test_a_claim_written_before_its_reply_was_lost_is_still_this_agents(tmp_path: Path) -> None:
