@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shared.core.actions.context import CycleContext
@@ -83,9 +82,10 @@ class PendingOrder:
             return "*"
         return job.queue if job.queue in self.queues.specs else ""
 
-    def add(self, job: Job, now: float, estimator: RuntimeEstimator) -> None:
-        self.jobs[job.id] = job
-        q, s, k = job.queue, job.shape, job.fewest
+    def count(self, job: Job, sign: int = 1) -> None:
+        """Add (``sign`` 1) or take away (-1) the job's fewest replicas in its queue's sums; a
+        queue's entry goes when its last pending job does."""
+        q, s, k = job.queue, job.shape, sign * job.fewest
         acc = self.sums.get(q)
         if acc is None:
             acc = self.sums[q] = [0.0, 0.0, 0.0]
@@ -93,7 +93,13 @@ class PendingOrder:
         acc[0] += s.total_gpu_milli * k
         acc[1] += s.cpu_milli * k
         acc[2] += s.memory_mib * k
-        self.counts[q] += 1
+        self.counts[q] += sign
+        if not self.counts[q]:
+            del self.sums[q], self.counts[q]
+
+    def add(self, job: Job, now: float, estimator: RuntimeEstimator) -> None:
+        self.jobs[job.id] = job
+        self.count(job)
         g = self.group(job)
         keys = self.keys.setdefault(g, [])
         members = self.members.setdefault(g, [])
@@ -109,14 +115,7 @@ class PendingOrder:
             job = self.jobs.pop(job_id, None)
             if job is None:
                 return False
-            q, s, k = job.queue, job.shape, job.fewest
-            acc = self.sums[q]
-            acc[0] -= s.total_gpu_milli * k
-            acc[1] -= s.cpu_milli * k
-            acc[2] -= s.memory_mib * k
-            self.counts[q] -= 1
-            if not self.counts[q]:
-                del self.sums[q], self.counts[q]
+            self.count(job, -1)
             leaving.setdefault(self.group(job), set()).add(job_id)
         for g, ids in leaving.items():
             keep = [i for i, j in enumerate(self.members[g]) if j.id not in ids]
@@ -156,40 +155,15 @@ def _pending_order(ctx: CycleContext) -> PendingOrder:
     grouped: dict[str, list[Job]] = {}
     for job in snapshot.pending:
         fresh.jobs[job.id] = job
-        group = grouped.get(fresh.group(job))
-        if group is None:
-            group = grouped[fresh.group(job)] = []
-        group.append(job)
-    for q, group in grouped.items():
+        fresh.count(job)
+        grouped.setdefault(fresh.group(job), []).append(job)
+    for q, group in grouped.items():  # one sort per group, not an insertion per job
         decorated = sorted((order.key(j, now, est), n, j) for n, j in enumerate(group))
         fresh.keys[q] = [k for k, _, _ in decorated]
         fresh.members[q] = [j for _, _, j in decorated]
-    fresh.sums = _totals((job, job.fewest) for job in snapshot.pending)
-    fresh.counts = _counts(snapshot.pending)
     if memo is not None:
         memo.pending_order = None
         if followable and delta is not None:
             fresh.generation = delta.generation
             memo.pending_order = fresh
     return fresh
-
-
-def _counts(jobs: Iterable[Job]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for job in jobs:
-        counts[job.queue] = counts.get(job.queue, 0) + 1
-    return counts
-
-
-def _totals(items: Iterable[tuple[Job, int]]) -> dict[str, list[float]]:
-    """Per queue name: (milli-GPU, milli-CPU, MiB) of ``replicas`` tasks of each job."""
-    sums: dict[str, list[float]] = {}
-    for job, k in items:
-        s = job.shape
-        acc = sums.get(job.queue)
-        if acc is None:
-            acc = sums[job.queue] = [0.0, 0.0, 0.0]
-        acc[0] += s.total_gpu_milli * k
-        acc[1] += s.cpu_milli * k
-        acc[2] += s.memory_mib * k
-    return sums
