@@ -23,9 +23,9 @@ def _where_postgres(url: str) -> str:
 
 def run_reaching(coro: Coroutine[Any, Any, T], doing: str, console: Console) -> T:
     """``asyncio.run(coro)``; Kafka or PostgreSQL out of reach ends the command with a clear line."""
-    import asyncpg
     from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
+    from shared.eventstore import StoreUnavailableError
     from shared.settings import Settings
 
     settings = Settings()
@@ -34,7 +34,7 @@ def run_reaching(coro: Coroutine[Any, Any, T], doing: str, console: Console) -> 
     except (KafkaConnectionError, KafkaTimeoutError) as exc:
         server = f"Kafka at {settings.kafka_bootstrap_servers}"
         reason = str(exc)
-    except (ConnectionError, asyncpg.CannotConnectNowError, asyncpg.PostgresConnectionError) as exc:
+    except StoreUnavailableError as exc:  # the event store's adapter says PostgreSQL is away
         server = f"PostgreSQL at {_where_postgres(settings.database_url)}"
         reason = str(exc)
     console.print(

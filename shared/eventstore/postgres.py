@@ -125,10 +125,16 @@ class PostgresEventStore(EventStore):
 
     @classmethod
     async def connect(cls, dsn: str, min_size: int = 1, max_size: int = 10) -> PostgresEventStore:
-        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
-        async with pool.acquire() as con:
+        """A pool on ``dsn``, migrated; a server that is not there (yet) is
+        :class:`StoreUnavailableError`, as for every later call."""
+        try:
+            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
+        except TRANSIENT as exc:
+            raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
+        store = cls(pool, dsn)
+        async with store._connection() as con:
             await migrate(con)
-        return cls(pool, dsn)
+        return store
 
     async def close(self) -> None:
         await self.pool.close()
