@@ -169,7 +169,7 @@ def consider(ctx: CycleContext, job: Job) -> None:
     if ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations:
         ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
         return
-    since = job.submitted if job.queued_since < 0 else job.queued_since
+    since = job.since
     small = job.shape.total_gpu_milli * job.replicas < 1000 * cfg.reserve_min_gpus
     if small and ctx.now - since < cfg.reserve_after_s:
         if mine:

@@ -25,7 +25,7 @@ class PriorityAge:
     static: bool = True
 
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
-        since = job.submitted if job.queued_since < 0 else job.queued_since
+        since = job.since
         return (since - job.priority * self.aging_s, since, job.id)
 
     def rank(self, job: Job, attained_gpu_s: float) -> float:
