@@ -27,12 +27,17 @@ from shared.bus import tracing
 from shared.bus.gather import gather_pause
 from shared.bus.producer import BusProducer
 from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
-from shared.eventstore.postgres import NOTIFY_CHANNEL, Envelope, PostgresEventStore
+from shared.eventstore.port import StoreUnavailableError
+from shared.eventstore.postgres import NOTIFY_CHANNEL, TRANSIENT, Envelope, PostgresEventStore
+from shared.eventstore.retry import until_available
 from shared.service import run_service
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
 
 RELAY_CONSUMER = "relay:tessera.events"
+LISTENER_TRANSIENT: tuple[type[BaseException], ...] = (*TRANSIENT, asyncpg.InterfaceError)
+"""The store's transient errors, and "connection is closed" from the relay's own LISTEN
+connection, which no pool reopens."""
 
 
 def headers_of(event: Envelope, log_id: str = "") -> tracing.Headers:
@@ -95,21 +100,15 @@ class Relay:
         await asyncio.gather(*sends)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Relay until ``stop`` is set, riding out PostgreSQL restarts with a capped backoff."""
-        delay = 0.2
-        while not stop.is_set():
-            try:
-                await self._run_connected(stop)
-            except (
-                OSError,
-                asyncpg.PostgresConnectionError,
-                asyncpg.InterfaceError,
-                asyncpg.CannotConnectNowError,
-            ):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-            else:
-                delay = 0.2
+        """Relay until ``stop`` is set, riding out PostgreSQL restarts as every service does
+        (:func:`~shared.eventstore.retry.until_available`: a capped backoff, a warning each try)."""
+        await until_available(lambda: self._run_reconnecting(stop), "relay")
+
+    async def _run_reconnecting(self, stop: asyncio.Event) -> None:
+        try:
+            await self._run_connected(stop)
+        except LISTENER_TRANSIENT as exc:
+            raise StoreUnavailableError(f"PostgreSQL unavailable: {exc}") from exc
 
     async def _run_connected(self, stop: asyncio.Event) -> None:
         wake = asyncio.Event()
