@@ -172,19 +172,19 @@ class Agent:
         tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(self._heartbeats(stop))]
         mark_ready(self.ready_name)
         try:
-            away = 0.0  # how long to wait before trying again while PostgreSQL is away
             while not stop.is_set():
+                # A restart or crash of PostgreSQL: the jobs stay marked changed and are looked
+                # at again once it answers; running tasks go on meanwhile.  Only the port's
+                # error counts as the store away: reconciling also starts processes.
                 try:
-                    await self._reconcile(store)
-                    away = 0.0
-                except StoreUnavailableError as exc:
-                    # A restart or crash of PostgreSQL: the jobs stay marked changed and are
-                    # looked at again once it answers; running tasks go on meanwhile.
-                    away = min(5.0, max(0.2, 2 * away))
-                    log.warning("the event store is unavailable (%s); retrying in %.1f s", exc, away)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), away)
-                    continue
+                    await until_available(
+                        functools.partial(self._reconcile, store),
+                        "reconciling tasks",
+                        stop=stop,
+                        errors=StoreUnavailableError,
+                    )
+                except StoreUnavailableError:
+                    break  # stopping while the store is away
                 follower.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(follower.changed.wait(), 0.5)

@@ -10,25 +10,49 @@ connection dropped conflicts instead of writing twice.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 T = TypeVar("T")
 log = logging.getLogger("tessera.store")
 
 
-async def until_available(call: Callable[[], Awaitable[T]], what: str) -> T:
+async def until_available(
+    call: Callable[[], Awaitable[T]],
+    what: str,
+    stop: asyncio.Event | None = None,
+    errors: type[BaseException] | tuple[type[BaseException], ...] = OSError,
+) -> T:
     """``await call()``, again and again while the store is unavailable (0.2 s, doubling, at
-    most 5 s apart); any other error goes to the caller.  ``call`` should only talk to the store:
-    every ``OSError`` it raises is taken for the store being away."""
+    most 5 s apart); any other error goes to the caller.
+
+    ``errors`` are what count as the store being away: by default every ``OSError`` (the port's
+    ``StoreUnavailableError`` is one), so ``call`` should then only talk to the store; a call
+    that also does other I/O names ``StoreUnavailableError`` alone.  With ``stop``, a wait ends
+    as soon as it is set and the last error goes to the caller: a service shutting down while
+    the store is away does not sit out the backoff."""
+
+    async def pause(seconds: float) -> None:
+        if stop is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+
+    def stopping(_: RetryCallState) -> bool:
+        return stop is not None and stop.is_set()
+
     async for attempt in AsyncRetrying(
-        # The port's StoreUnavailableError is an OSError; an adapter that lets a raw connection
-        # error through is ridden out the same way.
-        retry=retry_if_exception_type(OSError),
+        # An adapter that lets a raw connection error through is ridden out the same way.
+        retry=retry_if_exception_type(errors),
         wait=wait_exponential(multiplier=0.2, max=5.0),
+        stop=stopping,
+        sleep=pause,
         before_sleep=lambda state: log.warning(
             "%s: %s; retrying", what, state.outcome.exception() if state.outcome else ""
         ),
@@ -36,4 +60,4 @@ async def until_available(call: Callable[[], Awaitable[T]], what: str) -> T:
     ):
         with attempt:
             return await call()
-    raise AssertionError("unreachable: AsyncRetrying without a stop retries until success")
+    raise AssertionError("unreachable: AsyncRetrying returns the call's value or raises")

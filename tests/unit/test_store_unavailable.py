@@ -3,7 +3,9 @@ callers that hold accepted work wait for it instead of dropping the work or exit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -69,3 +71,29 @@ async def test_until_available_retries_while_the_store_is_away_and_passes_other_
 
     with pytest.raises(ValueError):
         await until_available(broken, "test")
+
+
+async def test_until_available_gives_up_promptly_once_told_to_stop() -> None:
+    stop = asyncio.Event()
+    calls = 0
+
+    async def away() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 4:
+            stop.set()  # the service is shutting down while the store is still away
+        raise StoreUnavailableError("starting up")
+
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailableError):
+        await until_available(away, "test", stop=stop)
+    # Three waits of 0.2, 0.4 and 0.8 s, then no fourth: the stop ends the retries.
+    assert calls == 4 and time.monotonic() - began < 3.0
+
+
+async def test_until_available_counts_only_the_named_errors_as_the_store_away() -> None:
+    async def process_failed() -> str:
+        raise FileNotFoundError("no such command")  # an OSError, but not the store
+
+    with pytest.raises(FileNotFoundError):
+        await until_available(process_failed, "test", errors=StoreUnavailableError)
