@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -67,17 +68,23 @@ def topic_layout(partitions: int, names: TopicNames | None = None) -> dict[str, 
 
 
 async def ensure_topics(
-    bootstrap: str, partitions: int = 8, extra: dict[str, int] | None = None, names: TopicNames | None = None
+    bootstrap: str,
+    partitions: int = 8,
+    extra: dict[str, int] | None = None,
+    names: TopicNames | None = None,
+    wait_s: float = 30.0,
 ) -> None:
-    """Create the topics that do not exist yet (idempotent; waits up to 30 s for the broker)."""
+    """Create the topics that do not exist yet (idempotent).  Waits up to ``wait_s`` for the
+    broker to answer: a service may start before Kafka does; a CLI command passes less."""
     layout = {**topic_layout(partitions, names), **(extra or {})}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    for attempt in range(60):
+    deadline = time.monotonic() + wait_s
+    while True:
         try:
             await admin.start()
             break
         except KafkaConnectionError:
-            if attempt == 59:
+            if time.monotonic() + 0.5 > deadline:
                 raise
             await asyncio.sleep(0.5)
     try:

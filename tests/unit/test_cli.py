@@ -1,4 +1,5 @@
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,8 @@ from typer.testing import CliRunner
 
 from shared.cli.main import app
 from shared.cli.simulate import parse_seeds
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 runner = CliRunner()
 
@@ -144,3 +147,16 @@ def test_status_with_postgresql_out_of_reach_says_so_in_one_line(monkeypatch: py
     out = " ".join(result.output.split())
     assert "cannot reach PostgreSQL at 127.0.0.1:1/tessera" in out and "tessera infra up" in out
     assert "Traceback" not in result.output
+
+
+def test_submit_with_kafka_out_of_reach_says_so_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's submission does not sit out a service's 30 s wait for the broker: the CLI waits
+    ``TESSERA_CLI_REACH_S`` and names the server it could not reach."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # nothing listens
+    monkeypatch.setenv("TESSERA_CLI_REACH_S", "0.5")
+    began = time.monotonic()
+    result = runner.invoke(app, ["submit", str(EXAMPLES / "train-small.yaml")])
+    assert result.exit_code == 1
+    out = " ".join(result.output.split())
+    assert "cannot reach Kafka at 127.0.0.1:1" in out and "Nothing was changed" in out
+    assert time.monotonic() - began < 10.0
