@@ -165,6 +165,17 @@ def spec_from_trace(
     return JobSpec.model_validate(body)
 
 
+async def _topics_for_cli(settings: Settings) -> None:
+    """The topics, waiting for Kafka only as long as a user at a prompt should
+    (``TESSERA_CLI_REACH_S``)."""
+    await ensure_topics(
+        settings.kafka_bootstrap_servers,
+        settings.topic_partitions,
+        names=settings.topics,
+        wait_s=settings.cli_reach_s,
+    )
+
+
 async def submit(
     specs: Sequence[JobSpec],
     settings: Settings | None = None,
@@ -174,12 +185,7 @@ async def submit(
     """Produce ``SubmitJob`` for each spec, ``rate`` per second (None: as fast as the broker
     acknowledges them), calling ``on_sent(1)`` after each; returns the send time of each job id."""
     settings = settings or Settings()
-    await ensure_topics(
-        settings.kafka_bootstrap_servers,
-        settings.topic_partitions,
-        names=settings.topics,
-        wait_s=settings.cli_reach_s,
-    )
+    await _topics_for_cli(settings)
     sent: dict[str, float] = {}
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
         began = time.perf_counter()
@@ -196,12 +202,7 @@ async def submit(
 async def send_command(command: DrainNode | UncordonNode, settings: Settings | None = None) -> None:
     """Produce a node command (admission turns it into ``NodeCordoned`` / ``NodeUncordoned``)."""
     settings = settings or Settings()
-    await ensure_topics(
-        settings.kafka_bootstrap_servers,
-        settings.topic_partitions,
-        names=settings.topics,
-        wait_s=settings.cli_reach_s,
-    )
+    await _topics_for_cli(settings)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
         await producer.send_model(settings.topics.submissions, command, key=f"node-{command.node}")
 
@@ -209,12 +210,7 @@ async def send_command(command: DrainNode | UncordonNode, settings: Settings | N
 async def apply_queues(tree: QueueTreeSpec, settings: Settings | None = None) -> None:
     """Produce ``ApplyQueues`` (admission appends ``QueuesApplied``) and wait until it is in the log."""
     settings = settings or Settings()
-    await ensure_topics(
-        settings.kafka_bootstrap_servers,
-        settings.topic_partitions,
-        names=settings.topics,
-        wait_s=settings.cli_reach_s,
-    )
+    await _topics_for_cli(settings)
     store = await PostgresEventStore.connect(settings.database_url, max_size=1)
     try:
         before = len(await store.read_stream("queues"))
