@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -40,8 +41,9 @@ from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile
-from shared.eventstore import ConcurrencyError
+from shared.eventstore import ConcurrencyError, StoreUnavailableError
 from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
+from shared.eventstore.retry import until_available
 from shared.service import run_service
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
@@ -231,6 +233,7 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=6000,
             heartbeat_interval_ms=1000,
+            max_poll_interval_ms=s.kafka_max_poll_interval_ms,
         )
         self.work.consumer, self.work.view = consumer, self.view
         self.work.ready_name = f"placement-{self.name}"
@@ -244,6 +247,10 @@ class Worker:
         ]
         try:
             await self._place(store, follower, consumer, stop)
+        except StoreUnavailableError:
+            if not stop.is_set():
+                raise
+            # stopped while PostgreSQL was away: what was not written is placed after a restart
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -296,7 +303,7 @@ class Worker:
             except Exception:  # a bug must not take the worker down: log, refresh, go on
                 log.exception("planning failed; refreshing the view")
                 self._profile = None
-                await catch_up(self.view, store)
+                await self._catch_up(store, stop)
                 await asyncio.sleep(0.5)
                 continue
             self.stats.cycles += 1
@@ -309,7 +316,12 @@ class Worker:
             conflicted = False
             for events, expected, placed in decision.chunks(self.chunk_jobs):
                 try:
-                    recorded = await store.append(events, expected)
+                    # While PostgreSQL is away the chunk waits and is tried again as it is: its
+                    # expected versions make a retry of an append that was written (its reply
+                    # lost) a conflict, never a second placement.
+                    recorded = await until_available(
+                        functools.partial(store.append, events, expected), "placing", stop=stop
+                    )
                 except ConcurrencyError as exc:
                     self.stats.conflicts += 1
                     log.info("conflict on %s", dict(list(exc.conflicts.items())[:3]))
@@ -324,8 +336,11 @@ class Worker:
             t2 = time.perf_counter()
             self.stats.seconds["append"] += t2 - t1
             if conflicted:  # another writer moved a node we used: see what it did before planning again
-                await catch_up(self.view, store)
+                await self._catch_up(store, stop)
             self.stats.seconds["catch_up"] += time.perf_counter() - t2
+
+    async def _catch_up(self, store: PostgresEventStore, stop: asyncio.Event) -> None:
+        await until_available(functools.partial(catch_up, self.view, store), "catching up", stop=stop)
 
     async def _sleep_until_change(self, follower: EventFollower, timeout: float) -> None:
         follower.changed.clear()
@@ -342,27 +357,33 @@ class Worker:
         the view holds the worker up (tens of ms per thousand jobs), so it is done rarely, and
         only by one worker when several find the newest snapshot old at once.
         """
-        every = self.settings.snapshot_every
         while not stop.is_set():
             await asyncio.sleep(5.0)
-            if self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
-                continue
-            async with store.exclusive(SNAPSHOT_LOCK) as mine:
-                # Look again under the lock: another worker may have saved one meanwhile.
-                if not mine or self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
-                    continue
-                if self.view.folded_ahead:
-                    continue  # own placements not yet back from the log: the view is not a log prefix
-                t0 = time.perf_counter()
-                body = to_snapshot(self.view)  # in the loop: the view must not move while it is read
-                t1 = time.perf_counter()
-                await store.save_snapshot(SNAPSHOT_NAME, int(body["position"]), body)
-                log.info(
-                    "snapshot at %d: %.0f ms reading the view, %.0f ms encoding and saving (off the loop)",
-                    body["position"],
-                    1000 * (t1 - t0),
-                    1000 * (time.perf_counter() - t1),
-                )
+            try:
+                await self._snapshot_if_due(store)
+            except StoreUnavailableError as exc:  # PostgreSQL is away: the next round tries again
+                log.warning("snapshot skipped: %s", exc)
+
+    async def _snapshot_if_due(self, store: PostgresEventStore) -> None:
+        every = self.settings.snapshot_every
+        if self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
+            return
+        async with store.exclusive(SNAPSHOT_LOCK) as mine:
+            # Look again under the lock: another worker may have saved one meanwhile.
+            if not mine or self.view.position - every < await store.snapshot_position(SNAPSHOT_NAME):
+                return
+            if self.view.folded_ahead:
+                return  # own placements not yet back from the log: the view is not a log prefix
+            t0 = time.perf_counter()
+            body = to_snapshot(self.view)  # in the loop: the view must not move while it is read
+            t1 = time.perf_counter()
+            await store.save_snapshot(SNAPSHOT_NAME, int(body["position"]), body)
+            log.info(
+                "snapshot at %d: %.0f ms reading the view, %.0f ms encoding and saving (off the loop)",
+                body["position"],
+                1000 * (t1 - t0),
+                1000 * (time.perf_counter() - t1),
+            )
 
     async def _write_stats(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -4,7 +4,7 @@ its outbox, so an agent restarted meanwhile reports it (the in-memory store; no 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from schemas import JobSpec
@@ -12,32 +12,11 @@ from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, T
 from schemas.node import GpuDevice, NodeInventory
 from services.agent.app import Agent
 from services.agent.runtime import SimulatedRuntime, TaskEnd
-from shared.eventstore import NewEvent, RecordedEvent, StoreUnavailableError
+from shared.eventstore import NewEvent, RecordedEvent
 from shared.eventstore.memory import InMemoryEventStore
 from shared.settings import Settings
 from shared.state.follow import catch_up
-
-
-class Faulty(InMemoryEventStore):
-    """Fails the appends :meth:`fails` picks, as a store going away does: with ``written``, after
-    writing them (the reply was lost), else before (the connection dropped)."""
-
-    written = False
-
-    def fails(self, events: Sequence[NewEvent]) -> bool:
-        return False
-
-    async def append(
-        self,
-        events: Sequence[NewEvent],
-        expected: Mapping[str, int],
-        tracking: tuple[str, int] | None = None,
-    ) -> list[RecordedEvent]:
-        if not self.fails(events):
-            return await super().append(events, expected, tracking)
-        if self.written:
-            await super().append(events, expected, tracking)
-        raise StoreUnavailableError("connection was closed in the middle of operation")
+from tests.store_faults import Faulty
 
 
 class Flaky(Faulty):
