@@ -15,6 +15,11 @@ TESSERA_CLI_REACH_S        3                                      CLI: how long 
                                                                   Kafka to answer before saying it
                                                                   cannot reach it (services wait
                                                                   30 s: they may start before it)
+TESSERA_KAFKA_MAX_POLL_    300                                    admission, placement: a consumer
+INTERVAL_S                                                        that has not polled for this long
+                                                                  (stuck while PostgreSQL is away)
+                                                                  leaves its group; it rejoins and
+                                                                  takes its uncommitted work again
 TESSERA_GATHER_MS          5                                      consumers: after a poll that
                                                                   brought records, wait this long
                                                                   before the next (0: never)
@@ -78,6 +83,7 @@ class Settings(BaseSettings):
     topic_prefix: str = Field("tessera", pattern=r"^[A-Za-z0-9._-]+$")
     snapshot_every: int = Field(50_000, ge=100)
     cli_reach_s: float = Field(3.0, gt=0)
+    kafka_max_poll_interval_s: float = Field(300.0, gt=0)
     gather_ms: int = Field(5, ge=0, le=500)
     gc_sweep_s: float = Field(600.0, gt=0)
     preempt_grace_s: float = Field(30.0, ge=0)
@@ -90,6 +96,10 @@ class Settings(BaseSettings):
     lease_s: float = Field(30.0, gt=0)
     requeue_after_s: float = Field(30.0, ge=0)
     stop_report_s: float = Field(10.0, ge=0)
+
+    @property
+    def kafka_max_poll_interval_ms(self) -> int:
+        return round(self.kafka_max_poll_interval_s * 1000)
 
     @property
     def topics(self) -> TopicNames:

@@ -50,6 +50,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
             producer,
             dead_letter_topic=names.deadletter,
             gather_ms=settings.gather_ms,
+            max_poll_interval_ms=settings.kafka_max_poll_interval_ms,
         )
         await consumer.start()
         try:

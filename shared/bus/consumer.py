@@ -83,6 +83,7 @@ class BusConsumer(Generic[T]):
         auto_offset_reset: str = "earliest",
         dead_letter_topic: str = DEADLETTER,
         gather_ms: int = 0,
+        max_poll_interval_ms: int = 300_000,
     ) -> None:
         self._topics = topics
         self._dead_letter_topic = dead_letter_topic
@@ -98,6 +99,7 @@ class BusConsumer(Generic[T]):
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
             max_poll_records=500,
+            max_poll_interval_ms=max_poll_interval_ms,
         )
 
     async def start(self) -> None:

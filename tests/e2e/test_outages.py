@@ -41,18 +41,31 @@ async def _placed(live: LiveStack, at_least: int, timeout: float) -> int:
         await asyncio.sleep(0.5)
 
 
-@pytest.mark.parametrize("server", ["kafka", "postgres"])
+@pytest.mark.parametrize(
+    ("server", "outage_s", "max_poll_s"),
+    [
+        ("kafka", 8.0, None),
+        ("postgres", 8.0, None),
+        # Longer than Kafka's max.poll.interval (3 s here, 300 s by default): admission and the
+        # placement workers, waiting for PostgreSQL, stop polling, are dropped from their
+        # groups, rejoin, and are given their uncommitted work again.
+        ("postgres", 12.0, 3.0),
+    ],
+    ids=["kafka", "postgres", "postgres-past-max-poll"],
+)
 async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
-    live: LiveStack, server: str
+    live: LiveStack, server: str, outage_s: float, max_poll_s: float | None
 ) -> None:
     nodes = str(TRACES / "openb_node_list_gpu_node.csv")
     # Leases shorter than the outage: a preemption service that counted the silence of a Kafka
     # outage against the nodes would declare them all lost and evict every running job.
     live.env.update(TESSERA_HEARTBEAT_S="1", TESSERA_LEASE_S="6", TESSERA_REQUEUE_AFTER_S="1")
+    if max_poll_s is not None:
+        live.env.update(TESSERA_KAFKA_MAX_POLL_INTERVAL_S=str(max_poll_s))
     await live.standard(
         workers=2, agent=["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
     )
-    specs = trace_specs(300, speedup=500, tag=f"crash-{server}")
+    specs = trace_specs(300, speedup=500, tag=f"crash-{server}-{outage_s:.0f}")
     await stack.submit(specs[:150], live.settings)
     assert await _placed(live, 20, timeout=60) >= 20, "nothing was placed before the crash"
     # The crash lands while jobs are being placed, started and ended.
@@ -60,7 +73,7 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
         await asyncio.to_thread(crash, server)
         if server == "postgres":
             await stack.submit(specs[150:200], live.settings)  # accepted by Kafka, not yet written
-        await asyncio.sleep(8.0)  # the outage outlasts a lease: every service meets it
+        await asyncio.sleep(outage_s)  # the outage outlasts a lease: every service meets it
     finally:
         await asyncio.to_thread(restart, server)
     await stack.submit(specs[200:] if server == "postgres" else specs[150:], live.settings)
