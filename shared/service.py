@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 
+from shared.bus.topics import ensure_topics
 from shared.settings import Settings
 
 
@@ -95,3 +96,13 @@ def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             asyncio.run(go())
         finally:
             profiler.dump_stats(str(Path(profile_dir) / f"{name}.prof"))
+
+
+async def service_topics(settings: Settings) -> None:
+    """The topics a service needs, waiting at start up to ``TESSERA_START_WAIT_S`` for Kafka."""
+    await ensure_topics(
+        settings.kafka_bootstrap_servers,
+        settings.topic_partitions,
+        names=settings.topics,
+        wait_s=settings.start_wait_s,
+    )

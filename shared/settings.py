@@ -11,6 +11,9 @@ TESSERA_RELAY_BATCH        500                                    events per rel
 TESSERA_RELAY_POLL_S       0.2                                    relay poll when no NOTIFY arrives
 TESSERA_DB_POOL_MAX        10                                     asyncpg pool size per process
 TESSERA_TOPIC_PREFIX       tessera                                topic and consumer-group prefix
+TESSERA_START_WAIT_S       30                                     services: how long one waits at start
+                                                                  for Kafka and PostgreSQL to answer
+                                                                  before it exits with the error
 TESSERA_CLI_REACH_S        3                                      CLI: how long a command waits for
                                                                   Kafka to answer before saying it
                                                                   cannot reach it (services wait
@@ -82,6 +85,7 @@ class Settings(BaseSettings):
     db_pool_max: int = Field(10, ge=1)
     topic_prefix: str = Field("tessera", pattern=r"^[A-Za-z0-9._-]+$")
     snapshot_every: int = Field(50_000, ge=100)
+    start_wait_s: float = Field(30.0, ge=0)
     cli_reach_s: float = Field(3.0, gt=0)
     kafka_max_poll_interval_s: float = Field(300.0, gt=0)
     gather_ms: int = Field(5, ge=0, le=500)

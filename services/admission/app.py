@@ -15,10 +15,10 @@ import os
 from schemas.commands import CommandAdapter
 from services.admission.batch import ATTEMPTS, Admission
 from services.admission.handlers import QueueRights
-from shared.bus import BusConsumer, BusProducer, ensure_topics
+from shared.bus import BusConsumer, BusProducer
 from shared.eventstore.postgres import PostgresEventStore
 from shared.eventstore.retry import until_available
-from shared.service import run_service
+from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
 
@@ -37,8 +37,10 @@ def queues_from_env() -> QueueRights:
 async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     settings = settings or Settings()
     names = settings.topics
-    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=names)
-    store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
+    await service_topics(settings)
+    store = await PostgresEventStore.connect(
+        settings.database_url, max_size=settings.db_pool_max, wait_s=settings.start_wait_s
+    )
     admission = Admission(store, queues_from_env())
     await admission.nodes.refresh(store)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-admission") as producer:

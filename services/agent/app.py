@@ -33,7 +33,7 @@ from pathlib import Path
 from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding, TaskStopped
 from schemas.node import GpuDevice, NodeHeartbeat, NodeInventory
 from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime, TaskEnd, TaskRun
-from shared.bus import BusProducer, ensure_topics
+from shared.bus import BusProducer
 from shared.eventstore import (
     ANY_VERSION,
     NO_STREAM,
@@ -44,7 +44,7 @@ from shared.eventstore import (
 )
 from shared.eventstore.postgres import PostgresEventStore
 from shared.eventstore.retry import until_available
-from shared.service import run_service
+from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
 from shared.state.fold import ACTIVE, TERMINAL, ClusterView, JobRecord
@@ -159,8 +159,8 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
-        store = await PostgresEventStore.connect(s.database_url, max_size=6)
+        await service_topics(s)
+        store = await PostgresEventStore.connect(s.database_url, max_size=6, wait_s=s.start_wait_s)
         self.store = store
         self.view = await restore(store)  # snapshot plus tail
         await self.register(store)

@@ -33,7 +33,6 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan, shard_mask
-from shared.bus import ensure_topics
 from shared.bus.consumer import commit_or_yield
 from shared.bus.gather import gather_pause
 from shared.core.cluster import BoolArray
@@ -44,7 +43,7 @@ from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.eventstore import ConcurrencyError, StoreUnavailableError
 from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
 from shared.eventstore.retry import until_available
-from shared.service import run_service
+from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
 from shared.state.follow import EventFollower, catch_up, follow_log, restore, same_log
@@ -220,8 +219,8 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        await ensure_topics(s.kafka_bootstrap_servers, s.topic_partitions, names=s.topics)
-        store = await PostgresEventStore.connect(s.database_url, max_size=4)
+        await service_topics(s)
+        store = await PostgresEventStore.connect(s.database_url, max_size=4, wait_s=s.start_wait_s)
         restored_at = time.time()
         self.view = await restore(store, self.view.rotation)  # snapshot plus tail
         follower = await follow_log(self.view, store, s, restored_at)

@@ -28,10 +28,9 @@ from pydantic import ValidationError
 
 from schemas.node import NodeHeartbeat
 from services.preemption.handlers import Knobs, Step, Watch, decide
-from shared.bus import ensure_topics
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
-from shared.service import run_service
+from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.fold import ClusterView
 from shared.state.follow import catch_up, follow_log, restore
@@ -174,8 +173,8 @@ async def _one_by_one(store: PostgresEventStore, view: ClusterView, steps: list[
 
 async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     settings = settings or Settings()
-    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=settings.topics)
-    store = await PostgresEventStore.connect(settings.database_url, max_size=2)
+    await service_topics(settings)
+    store = await PostgresEventStore.connect(settings.database_url, max_size=2, wait_s=settings.start_wait_s)
     leases = Leases(time.time())
     restored_at = time.time()
     view = await restore(store)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from shared.eventstore.port import (
     StoreUnavailableError,
     check_named,
 )
+from shared.eventstore.retry import until_available
 
 APPEND_LOCK = 0x7E55E7A  # advisory lock key serialising appends (taken in tessera_append)
 CONFLICT_SQLSTATE = "TS409"  # raised by tessera_append when an expected version does not match
@@ -124,9 +126,16 @@ class PostgresEventStore(EventStore):
         self.dsn = dsn
 
     @classmethod
-    async def connect(cls, dsn: str, min_size: int = 1, max_size: int = 10) -> PostgresEventStore:
+    async def connect(
+        cls, dsn: str, min_size: int = 1, max_size: int = 10, wait_s: float = 0.0
+    ) -> PostgresEventStore:
         """A pool on ``dsn``, migrated; a server that is not there (yet) is
-        :class:`StoreUnavailableError`, as for every later call."""
+        :class:`StoreUnavailableError`, as for every later call, after waiting up to ``wait_s``
+        for it (a service may start before its database)."""
+        if wait_s > 0:
+            return await until_available(
+                functools.partial(cls.connect, dsn, min_size, max_size), "connecting", within_s=wait_s
+            )
         try:
             pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
         except TRANSIENT as exc:

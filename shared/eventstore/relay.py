@@ -26,11 +26,11 @@ import asyncpg
 from shared.bus import tracing
 from shared.bus.gather import gather_pause
 from shared.bus.producer import BusProducer
-from shared.bus.topics import EVENTS, PLACEMENT, ensure_topics
+from shared.bus.topics import EVENTS, PLACEMENT
 from shared.eventstore.port import StoreUnavailableError
 from shared.eventstore.postgres import NOTIFY_CHANNEL, TRANSIENT, Envelope, PostgresEventStore
 from shared.eventstore.retry import until_available
-from shared.service import run_service
+from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
 
@@ -151,8 +151,10 @@ async def main(
     names = settings.topics
     topic = topic or names.events
     work_topic = names.placement if work_topic is None else work_topic
-    await ensure_topics(settings.kafka_bootstrap_servers, settings.topic_partitions, names=names)
-    store = await PostgresEventStore.connect(settings.database_url, max_size=settings.db_pool_max)
+    await service_topics(settings)
+    store = await PostgresEventStore.connect(
+        settings.database_url, max_size=settings.db_pool_max, wait_s=settings.start_wait_s
+    )
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-relay") as producer:
         relay = Relay(
             store,

@@ -27,6 +27,7 @@ async def until_available(
     what: str,
     stop: asyncio.Event | None = None,
     errors: type[BaseException] | tuple[type[BaseException], ...] = OSError,
+    within_s: float | None = None,
 ) -> T:
     """``await call()``, again and again while the store is unavailable (0.2 s, doubling, at
     most 5 s apart); any other error goes to the caller.
@@ -35,7 +36,9 @@ async def until_available(
     ``StoreUnavailableError`` is one), so ``call`` should then only talk to the store; a call
     that also does other I/O names ``StoreUnavailableError`` alone.  With ``stop``, a wait ends
     as soon as it is set and the last error goes to the caller: a service shutting down while
-    the store is away does not sit out the backoff."""
+    the store is away does not sit out the backoff.  With ``within_s``, the last error goes to
+    the caller once that long has passed (a service starting before its database waits that
+    long, not for ever: a wrong address should end in an error)."""
 
     async def pause(seconds: float) -> None:
         if stop is None:
@@ -44,8 +47,10 @@ async def until_available(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), seconds)
 
-    def stopping(_: RetryCallState) -> bool:
-        return stop is not None and stop.is_set()
+    def stopping(state: RetryCallState) -> bool:
+        if stop is not None and stop.is_set():
+            return True
+        return within_s is not None and (state.seconds_since_start or 0.0) >= within_s
 
     async for attempt in AsyncRetrying(
         # An adapter that lets a raw connection error through is ridden out the same way.

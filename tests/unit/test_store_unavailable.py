@@ -97,3 +97,17 @@ async def test_until_available_counts_only_the_named_errors_as_the_store_away() 
 
     with pytest.raises(FileNotFoundError):
         await until_available(process_failed, "test", errors=StoreUnavailableError)
+
+
+async def test_a_service_starting_before_its_database_waits_for_it_then_gives_up() -> None:
+    """``wait_s``: connection refused is waited out (a service may start before PostgreSQL), but
+    only that long: a wrong address ends in the port's error, not in a service waiting for ever."""
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailableError):
+        await PostgresEventStore.connect("postgresql://tessera@127.0.0.1:1/tessera", wait_s=1.0)
+    waited = time.monotonic() - began
+    assert 1.0 <= waited < 10.0
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailableError):  # no wait asked: at once
+        await PostgresEventStore.connect("postgresql://tessera@127.0.0.1:1/tessera")
+    assert time.monotonic() - began < 1.0
