@@ -98,11 +98,12 @@ def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             profiler.dump_stats(str(Path(profile_dir) / f"{name}.prof"))
 
 
-async def service_topics(settings: Settings) -> None:
-    """The topics a service needs, waiting at start up to ``TESSERA_START_WAIT_S`` for Kafka."""
+async def service_topics(settings: Settings, wait_s: float | None = None) -> None:
+    """The topics, waiting for Kafka up to ``wait_s``: by default ``TESSERA_START_WAIT_S`` (a
+    service may start before the broker); a CLI command passes ``TESSERA_CLI_REACH_S``."""
     await ensure_topics(
         settings.kafka_bootstrap_servers,
         settings.topic_partitions,
         names=settings.topics,
-        wait_s=settings.start_wait_s,
+        wait_s=settings.start_wait_s if wait_s is None else wait_s,
     )

@@ -20,8 +20,9 @@ import yaml
 
 from schemas import ApplyQueues, DrainNode, JobSpec, SubmitJob, UncordonNode
 from schemas.queues import QueueTreeSpec
-from shared.bus import BusProducer, ensure_topics
+from shared.bus import BusProducer
 from shared.eventstore.postgres import PostgresEventStore
+from shared.service import service_topics
 from shared.settings import Settings
 from shared.sim.trace import TracePod
 from shared.state.fold import TERMINAL, ClusterView
@@ -165,17 +166,6 @@ def spec_from_trace(
     return JobSpec.model_validate(body)
 
 
-async def _topics_for_cli(settings: Settings) -> None:
-    """The topics, waiting for Kafka only as long as a user at a prompt should
-    (``TESSERA_CLI_REACH_S``)."""
-    await ensure_topics(
-        settings.kafka_bootstrap_servers,
-        settings.topic_partitions,
-        names=settings.topics,
-        wait_s=settings.cli_reach_s,
-    )
-
-
 async def submit(
     specs: Sequence[JobSpec],
     settings: Settings | None = None,
@@ -185,7 +175,7 @@ async def submit(
     """Produce ``SubmitJob`` for each spec, ``rate`` per second (None: as fast as the broker
     acknowledges them), calling ``on_sent(1)`` after each; returns the send time of each job id."""
     settings = settings or Settings()
-    await _topics_for_cli(settings)
+    await service_topics(settings, settings.cli_reach_s)
     sent: dict[str, float] = {}
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
         began = time.perf_counter()
@@ -202,7 +192,7 @@ async def submit(
 async def send_command(command: DrainNode | UncordonNode, settings: Settings | None = None) -> None:
     """Produce a node command (admission turns it into ``NodeCordoned`` / ``NodeUncordoned``)."""
     settings = settings or Settings()
-    await _topics_for_cli(settings)
+    await service_topics(settings, settings.cli_reach_s)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
         await producer.send_model(settings.topics.submissions, command, key=f"node-{command.node}")
 
@@ -210,7 +200,7 @@ async def send_command(command: DrainNode | UncordonNode, settings: Settings | N
 async def apply_queues(tree: QueueTreeSpec, settings: Settings | None = None) -> None:
     """Produce ``ApplyQueues`` (admission appends ``QueuesApplied``) and wait until it is in the log."""
     settings = settings or Settings()
-    await _topics_for_cli(settings)
+    await service_topics(settings, settings.cli_reach_s)
     store = await PostgresEventStore.connect(settings.database_url, max_size=1)
     try:
         before = len(await store.read_stream("queues"))
