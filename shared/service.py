@@ -2,7 +2,7 @@
 and garbage collection that does not pause the service for the whole heap (:class:`GcPolicy`).
 
 ``TESSERA_PROFILE=DIR`` (a developer aid) runs the service under cProfile and writes
-``DIR/<TESSERA_SERVICE_NAME>.prof`` when it stops.
+``DIR/<TESSERA_SERVICE_NAME>.prof`` when it stops (``shared/settings.py``).
 """
 
 from __future__ import annotations
@@ -64,10 +64,9 @@ class GcPolicy:
 
 def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run ``body(stop)`` until it returns; ``stop`` is set on SIGTERM or SIGINT."""
-    logging.basicConfig(
-        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s"
-    )
-    gc_policy = GcPolicy(Settings().gc_sweep_s)
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    gc_policy = GcPolicy(settings.gc_sweep_s)
     gc_policy.install()
 
     async def go() -> None:
@@ -82,20 +81,18 @@ def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             stop.set()
             await sweeper
 
-    profile_dir = os.environ.get("TESSERA_PROFILE")
-    if not profile_dir:
+    if settings.profile is None:
         asyncio.run(go())
         return
     import cProfile
-    from pathlib import Path
 
-    name = os.environ.get("TESSERA_SERVICE_NAME", f"service-{os.getpid()}")
-    Path(profile_dir).mkdir(parents=True, exist_ok=True)
+    name = settings.service_name or f"service-{os.getpid()}"
+    settings.profile.mkdir(parents=True, exist_ok=True)
     with cProfile.Profile() as profiler:
         try:
             asyncio.run(go())
         finally:
-            profiler.dump_stats(str(Path(profile_dir) / f"{name}.prof"))
+            profiler.dump_stats(str(settings.profile / f"{name}.prof"))
 
 
 async def service_topics(settings: Settings, wait_s: float | None = None) -> None:

@@ -1,105 +1,156 @@
-"""Service configuration from the environment (pydantic-settings).  Every knob, with its default.
+"""Every knob of the services and the CLI, in one place (pydantic-settings).
 
-=========================  =====================================  =================================
-variable                   default                                meaning
-=========================  =====================================  =================================
-KAFKA_BOOTSTRAP_SERVERS    127.0.0.1:19092                        Kafka brokers (infra/kafka.sh)
-DATABASE_URL               postgresql://tessera@127.0.0.1:15432/  PostgreSQL event store
-                           tessera                                (infra/postgres.sh)
-TESSERA_TOPIC_PARTITIONS   8                                      partitions of each topic created
-TESSERA_RELAY_BATCH        500                                    events per relay read
-TESSERA_RELAY_POLL_S       0.2                                    relay poll when no NOTIFY arrives
-TESSERA_DB_POOL_MAX        10                                     asyncpg pool size per process
-TESSERA_TOPIC_PREFIX       tessera                                topic and consumer-group prefix
-TESSERA_START_WAIT_S       30                                     services: how long one waits at start
-                                                                  for Kafka and PostgreSQL to answer
-                                                                  before it exits with the error
-TESSERA_CLI_REACH_S        3                                      CLI: how long a command waits for
-                                                                  Kafka to answer before saying it
-                                                                  cannot reach it (services wait
-                                                                  30 s: they may start before it)
-TESSERA_KAFKA_MAX_POLL_    300                                    admission, placement: a consumer
-INTERVAL_S                                                        that has not polled for this long
-                                                                  (stuck while PostgreSQL is away)
-                                                                  leaves its group; it rejoins and
-                                                                  takes its uncommitted work again
-TESSERA_GATHER_MS          5                                      consumers: after a poll that
-                                                                  brought records, wait this long
-                                                                  before the next (0: never)
-TESSERA_GC_SWEEP_S         600                                    services: full garbage collections
-                                                                  skip state frozen since the last
-                                                                  one; everything is revisited this
-                                                                  often (shared/service.py)
-TESSERA_SNAPSHOT_EVERY     50000                                  placement: save a snapshot of the
-                                                                  folded view once the newest one is
-                                                                  this many events old
-TESSERA_PREEMPT_GRACE_S    30                                     placement: a checkpointable
-                                                                  victim's time between SIGTERM and
-                                                                  SIGKILL (others: 0)
-TESSERA_PREEMPT_MIN_       600                                    placement: a job that started less
-RUNTIME_S                                                         than this ago is not preempted
-TESSERA_GROW_EVERY_S       1                                      placement: with nothing pending, a
-                                                                  cycle that only grows elastic jobs
-                                                                  runs at most this often (each grow
-                                                                  restarts the job)
-TESSERA_STOP_SIGNAL        SIGTERM                                agent: sent first to an evicted
-                                                                  task (it may checkpoint)
-TESSERA_CHECKPOINT_ROOT    .local/checkpoints                     agent: TESSERA_CHECKPOINT_DIR is
-                                                                  <root>/<job id>, kept across
-                                                                  attempts
-TESSERA_AGENT_STATE_DIR    .local/agent                           agent: unreported task ends wait
-                                                                  here (survive a restart)
-TESSERA_HEARTBEAT_S        5                                      agent: lease renewal period
-TESSERA_LEASE_S            30                                     preemption: a node not heard from
-                                                                  this long becomes NotReady
-TESSERA_REQUEUE_AFTER_S    30                                     preemption: jobs on a NotReady node
-                                                                  are requeued after this much more
-TESSERA_STOP_REPORT_S      10                                     preemption: past an eviction's
-                                                                  deadline, how long to wait for a
-                                                                  NotReady node's agent to report
-=========================  =====================================  =================================
+Each setting is read from the environment (``TESSERA_<NAME>``; the two addresses also under
+their usual names) and documented by its ``Field`` description: ``tessera config`` prints them
+with their values now, and ``tessera config --markdown`` writes the README's table, which a test
+keeps equal to it.  The ports ``infra/`` starts its servers on are the shell scripts' own
+(``TESSERA_KAFKA_PORT``, ``TESSERA_KAFKA_CONTROLLER_PORT``, ``TESSERA_PG_PORT``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.bus.topics import TopicNames
 
+PREFIX = "TESSERA_"
+DEFAULT_QUEUES: dict[str, list[str]] = {
+    "default": ["*"],
+    "research": ["*"],
+    "batch": ["*"],
+    "inference": ["*"],
+}
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TESSERA_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
 
     kafka_bootstrap_servers: str = Field(
         "127.0.0.1:19092",
         validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "TESSERA_KAFKA_BOOTSTRAP_SERVERS"),
+        description="Kafka brokers (`tessera infra up` starts one here)",
     )
     database_url: str = Field(
         "postgresql://tessera@127.0.0.1:15432/tessera",
         validation_alias=AliasChoices("DATABASE_URL", "TESSERA_DATABASE_URL"),
+        description="the PostgreSQL event store (`tessera infra up` starts one here)",
     )
-    topic_partitions: int = Field(8, ge=1)
-    relay_batch: int = Field(500, ge=1)
-    relay_poll_s: float = Field(0.2, gt=0)
-    db_pool_max: int = Field(10, ge=1)
-    topic_prefix: str = Field("tessera", pattern=r"^[A-Za-z0-9._-]+$")
-    snapshot_every: int = Field(50_000, ge=100)
-    start_wait_s: float = Field(30.0, ge=0)
-    cli_reach_s: float = Field(3.0, gt=0)
-    kafka_max_poll_interval_s: float = Field(300.0, gt=0)
-    gather_ms: int = Field(5, ge=0, le=500)
-    gc_sweep_s: float = Field(600.0, gt=0)
-    preempt_grace_s: float = Field(30.0, ge=0)
-    preempt_min_runtime_s: float = Field(600.0, ge=0)
-    grow_every_s: float = Field(1.0, ge=0)
-    stop_signal: str = Field("SIGTERM", pattern=r"^SIG[A-Z0-9]+$")
-    checkpoint_root: str = ".local/checkpoints"
-    agent_state_dir: str = ".local/agent"
-    heartbeat_s: float = Field(5.0, gt=0)
-    lease_s: float = Field(30.0, gt=0)
-    requeue_after_s: float = Field(30.0, ge=0)
-    stop_report_s: float = Field(10.0, ge=0)
+    topic_partitions: int = Field(8, ge=1, description="partitions of each command topic created")
+    topic_prefix: str = Field(
+        "tessera",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="topic and consumer-group prefix (several stacks on one broker)",
+    )
+    relay_batch: int = Field(500, ge=1, description="relay: events per read of the log")
+    relay_poll_s: float = Field(
+        0.2, gt=0, description="relay: how often it reads the log when no NOTIFY arrives"
+    )
+    db_pool_max: int = Field(10, ge=1, description="asyncpg pool size per process")
+    start_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="services: how long one waits at start for Kafka and PostgreSQL to answer (a service "
+        "may start before them) before it exits with the error",
+    )
+    cli_reach_s: float = Field(
+        3.0,
+        gt=0,
+        description="CLI: how long a command waits for Kafka to answer before it says it cannot reach it "
+        "(services wait `TESSERA_START_WAIT_S`, since they may start before the broker)",
+    )
+    kafka_max_poll_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="admission and placement: Kafka's `max.poll.interval.ms` for their consumer groups; a "
+        "consumer stuck longer (waiting out a PostgreSQL outage) leaves its group, rejoins when it polls "
+        "again and is given its uncommitted work once more (admission ignores a submission it already "
+        "admitted)",
+    )
+    gather_ms: int = Field(
+        5,
+        ge=0,
+        le=500,
+        description="after a poll that brought records, a consumer waits this long before polling again, so "
+        "busy services take events in batches while idle ones long-poll as Kafka does by default (0: never "
+        "wait; see `shared/bus/gather.py`)",
+    )
+    gc_sweep_s: float = Field(
+        600.0,
+        gt=0,
+        description="services freeze what survives each full garbage collection, so the next ones scan only "
+        "newer objects (measured pauses of 100-430 ms otherwise); this often everything is unfrozen and "
+        "revisited once",
+    )
+    snapshot_every: int = Field(
+        50_000,
+        ge=100,
+        description="placement: save a snapshot of the folded view once the newest is this many events old "
+        "(a restart replays at most that many)",
+    )
+    queues: dict[str, list[str]] = Field(
+        default_factory=lambda: {q: list(t) for q, t in DEFAULT_QUEUES.items()},
+        description='admission: the queues and the tenants allowed on each, as JSON (`{"team-a": ["alice"], '
+        '"shared": ["*"]}`) until a queue tree is applied with `tessera queue apply`; default: four queues '
+        "open to every tenant (default, research, batch, inference)",
+    )
+    preempt_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="placement and preemption: a checkpointable victim's time between the stop signal and "
+        "SIGKILL (other victims: 0)",
+    )
+    preempt_min_runtime_s: float = Field(
+        600.0, ge=0, description="placement: a job that started less than this ago is not preempted"
+    )
+    grow_every_s: float = Field(
+        1.0,
+        ge=0,
+        description="placement: with nothing pending, a cycle that only grows elastic jobs runs at most this "
+        "often (each grow restarts the job from its checkpoint)",
+    )
+    stop_signal: str = Field(
+        "SIGTERM", pattern=r"^SIG[A-Z0-9]+$", description="agent: the signal an evicted task gets first"
+    )
+    checkpoint_root: str = Field(
+        ".local/checkpoints",
+        description="agent: `TESSERA_CHECKPOINT_DIR` is `<root>/<job id>`, the same for every attempt "
+        "(put it on shared storage when jobs may move between machines)",
+    )
+    agent_state_dir: str = Field(
+        ".local/agent", description="agent: task ends not yet in the log wait here, across restarts"
+    )
+    heartbeat_s: float = Field(5.0, gt=0, description="agent: lease renewal period")
+    lease_s: float = Field(
+        30.0, gt=0, description="preemption: a node not heard from this long becomes NotReady"
+    )
+    requeue_after_s: float = Field(
+        30.0, ge=0, description="preemption: a NotReady node's jobs are evicted after this much more"
+    )
+    stop_report_s: float = Field(
+        10.0,
+        ge=0,
+        description="preemption: past an eviction's deadline, how long to wait for tasks on NotReady nodes "
+        "before counting them lost",
+    )
+    stats_dir: Path = Field(
+        Path(".local/run"),
+        description="readiness markers (`<service>.ready`) and placement counters (`placement-<name>.json`)",
+    )
+    service_name: str = Field(
+        "",
+        description="the name a service process marks itself ready under and profiles to (`tessera up` sets "
+        "it; default: the service's own name)",
+    )
+    log_level: str = Field("INFO", description="service log level")
+    profile: Path | None = Field(
+        None,
+        description="developer aid: a folder; every service runs under cProfile and writes "
+        "`<service>.prof` there when it stops",
+    )
 
     @property
     def kafka_max_poll_interval_ms(self) -> int:
@@ -108,3 +159,43 @@ class Settings(BaseSettings):
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting as an operator sees it: its variable, default, value now and meaning."""
+
+    variable: str
+    default: str
+    value: str
+    meaning: str
+
+
+def _shown(value: object) -> str:
+    if value is None or value == "":
+        return "unset"
+    if isinstance(value, dict):
+        return ", ".join(sorted(value))
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def knobs(settings: Settings | None = None) -> list[Knob]:
+    """Every setting, in declaration order, with the value ``settings`` (default: the
+    environment's) gives it."""
+    settings = settings or Settings()
+    rows = []
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        variable = str(alias.choices[0]) if isinstance(alias, AliasChoices) else PREFIX + name.upper()
+        default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
+        rows.append(Knob(variable, _shown(default), _shown(getattr(settings, name)), field.description or ""))
+    return rows
+
+
+def markdown_table() -> str:
+    """The README's settings table (``tessera config --markdown``)."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{k.variable}` | `{k.default}` | {k.meaning} |" for k in knobs(Settings.model_construct())]
+    return "\n".join(lines) + "\n"

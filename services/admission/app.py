@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
-import os
 
 from schemas.commands import CommandAdapter
 from services.admission.batch import ATTEMPTS, Admission
@@ -23,15 +21,11 @@ from shared.settings import Settings
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.admission")
-DEFAULT_QUEUES: QueueRights = {"default": ("*",), "research": ("*",), "batch": ("*",), "inference": ("*",)}
 
 
-def queues_from_env() -> QueueRights:
-    """``TESSERA_QUEUES``: JSON ``{"queue": ["tenant", ...] or ["*"]}``; default: four open queues."""
-    raw = os.environ.get("TESSERA_QUEUES")
-    if not raw:
-        return DEFAULT_QUEUES
-    return {q: tuple(t) for q, t in json.loads(raw).items()}
+def configured_queues(settings: Settings) -> QueueRights:
+    """``TESSERA_QUEUES``: the queues open to their tenants before a queue tree is applied."""
+    return {queue: tuple(tenants) for queue, tenants in settings.queues.items()}
 
 
 async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
@@ -41,7 +35,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     store = await PostgresEventStore.connect(
         settings.database_url, max_size=settings.db_pool_max, wait_s=settings.start_wait_s
     )
-    admission = Admission(store, queues_from_env())
+    admission = Admission(store, configured_queues(settings))
     await admission.nodes.refresh(store)
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-admission") as producer:
         consumer = BusConsumer(

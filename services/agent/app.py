@@ -138,7 +138,7 @@ class Agent:
         self._mine: dict[str, tuple[int, set[int]]] = {}  # job -> (attempt, tasks) this process runs
         self._stopping: set[tuple[str, int, int]] = set()  # (job, task, attempt) eviction handled
         self.store: EventStore | None = None
-        self.ready_name = os.environ.get("TESSERA_SERVICE_NAME", "agent")
+        self.ready_name = settings.service_name or "agent"
         self.outbox = Outbox(Path(settings.agent_state_dir) / self.ready_name / "outbox")
         self.claim_id = uuid.uuid4().hex  # names this process's claims (JobStarted.claim)
         self.checkpoints = Path(settings.checkpoint_root).resolve()

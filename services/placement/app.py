@@ -27,7 +27,6 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -390,7 +389,7 @@ class Worker:
             self._dump_stats()
 
     def _dump_stats(self, final: bool = False) -> None:
-        folder = Path(os.environ.get("TESSERA_STATS_DIR", ".local/run"))
+        folder = self.settings.stats_dir
         folder.mkdir(parents=True, exist_ok=True)
         lat = np.array(self.stats.latencies_ms) if self.stats.latencies_ms else np.zeros(1)
         # The digest hashes the whole view (tens of ms on a big cluster): it is taken only once the

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping
 
@@ -183,7 +182,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
         asyncio.create_task(follower.run(stop)),
         asyncio.create_task(listen(settings, leases, stop)),
     ]
-    mark_ready(os.environ.get("TESSERA_SERVICE_NAME", "preemption"))
+    mark_ready(settings.service_name or "preemption")
     k = knobs(settings)
     watch = Watch()
     try:

@@ -527,6 +527,36 @@ def queue_show() -> None:
 
 
 @app.command()
+def config(
+    markdown: Annotated[bool, typer.Option(help="print the README's table (defaults only) instead")] = False,
+) -> None:
+    """Every setting: its environment variable, default, value now and meaning."""
+    from pydantic import ValidationError
+    from rich.table import Table
+
+    from shared.settings import knobs, markdown_table
+
+    if markdown:
+        typer.echo(markdown_table(), nl=False)
+        return
+    try:
+        rows = knobs()
+    except ValidationError as exc:
+        for err in exc.errors():
+            console.print(f"[red]TESSERA_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}[/red]")
+        raise typer.Exit(2) from None
+    table = Table(title="settings (environment; `tessera config --markdown` for the README's table)")
+    table.add_column("variable", no_wrap=True)
+    for col in ("value", "default"):
+        table.add_column(col, overflow="fold", max_width=24)
+    table.add_column("meaning")
+    for k in rows:
+        changed = k.value != k.default
+        table.add_row(k.variable, f"[bold]{k.value}[/bold]" if changed else k.value, k.default, k.meaning)
+    console.print(table)
+
+
+@app.command()
 def schema(
     out: Annotated[Path, typer.Option(help="folder for the JSON Schema files")] = Path("out/schemas"),
 ) -> None:

@@ -9,9 +9,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from shared.settings import Settings
+
 
 def folder() -> Path:
-    return Path(os.environ.get("TESSERA_STATS_DIR", ".local/run"))
+    return Settings().stats_dir
 
 
 def mark_ready(name: str) -> None:
