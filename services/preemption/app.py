@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -29,6 +30,7 @@ from schemas.node import NodeHeartbeat
 from services.preemption.handlers import Knobs, Step, Watch, decide
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
+from shared.eventstore.retry import until_available
 from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.fold import ClusterView
@@ -192,10 +194,12 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
                 if await act(store, view, leases, k, watch):
                     continue  # look again at once: one step often makes the next one due
             except OSError as exc:  # PostgreSQL restarting or down (StoreUnavailableError)
-                log.warning("event store unreachable (%s); retrying", exc)
-                await asyncio.sleep(1.0)
-                with contextlib.suppress(OSError):  # still away: the next round tries again
-                    await catch_up(view, store)
+                log.warning("event store unreachable (%s); waiting for it", exc)
+                # A step written before the connection dropped is in the log but not in the view:
+                # catch up before deciding again (the steps' expected versions make a step
+                # decided on a stale view conflict instead of repeating).
+                with contextlib.suppress(OSError):  # stopping while the store is away
+                    await until_available(functools.partial(catch_up, view, store), "catching up", stop=stop)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(follower.changed.wait(), TICK_S)

@@ -18,6 +18,7 @@ Run it as a process: ``python -m shared.eventstore.relay``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -102,7 +103,8 @@ class Relay:
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set, riding out PostgreSQL restarts as every service does
         (:func:`~shared.eventstore.retry.until_available`: a capped backoff, a warning each try)."""
-        await until_available(lambda: self._run_reconnecting(stop), "relay")
+        with contextlib.suppress(StoreUnavailableError):  # raised only once ``stop`` is set
+            await until_available(lambda: self._run_reconnecting(stop), "relay", stop=stop)
 
     async def _run_reconnecting(self, stop: asyncio.Event) -> None:
         try:
