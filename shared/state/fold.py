@@ -11,7 +11,7 @@ which placement sends back as its expected versions.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -483,6 +483,10 @@ class ClusterView:
         changed = list(self._feeds[name])
         self._feeds[name] = {}
         return changed
+
+    def pending_ids(self) -> Collection[str]:
+        """Ids of the pending jobs, in no set order, without sorting or building records."""
+        return self._pending.keys()
 
     def active_ids(self) -> Iterable[str]:
         """Ids of the jobs placed or running, in :meth:`active`'s order, without building records."""

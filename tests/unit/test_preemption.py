@@ -6,8 +6,6 @@ A small log is folded into a view; ``decide`` says what to append next; appendin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from schemas import JobSpec
@@ -25,40 +23,10 @@ from schemas.events import (
 from schemas.node import GpuDevice, NodeInventory
 from services.preemption.handlers import Knobs, Step, Watch, decide
 from shared.core.lifecycle import Phase
-from shared.eventstore.port import RecordedEvent
-from shared.state.fold import ClusterView, from_snapshot, to_snapshot
+from shared.state.fold import from_snapshot, to_snapshot
+from tests.folded_log import T0, Log
 
-T0 = 1_000_000.0
 KNOBS = Knobs(lease_s=30, requeue_after_s=30, stop_report_s=10, grace_s=20)
-
-
-class Log:
-    """Events appended in order, folded into one view as they come."""
-
-    def __init__(self) -> None:
-        self.view = ClusterView()
-        self.versions: dict[str, int] = {}
-        self.position = 0
-        self.clock = T0
-
-    def add(self, stream: str, event: Any) -> None:
-        data = event.model_dump(mode="json", by_alias=True)
-        self.append_raw(stream, data)
-
-    def append_raw(self, stream: str, data: Mapping[str, Any]) -> None:
-        self.position += 1
-        self.versions[stream] = self.versions.get(stream, 0) + 1
-        at = datetime.fromtimestamp(self.clock, UTC)
-        self.view.apply(
-            RecordedEvent(self.position, stream, self.versions[stream], data["type"], data, {}, at)
-        )
-
-    def take(self, steps: list[Step]) -> None:
-        """Append the steps whose expected versions still hold (as the store would)."""
-        for step in steps:
-            if all(self.versions.get(s, 0) == v for s, v in step.expected.items()):
-                for e in step.events:
-                    self.append_raw(e.stream, e.data)
 
 
 def _cluster(log: Log) -> None:
