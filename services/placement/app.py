@@ -348,7 +348,7 @@ class Worker:
         for w in waits:
             w.cancel()
 
-    async def _snapshots(self, store: PostgresEventStore, stop: asyncio.Event) -> None:
+    async def _snapshots(self, store: PostgresEventStore, stop: asyncio.Event, every_s: float = 5.0) -> None:
         """Keep the newest snapshot of the view no more than ``snapshot_every`` events old.
 
         Restarts then replay at most that many events (tens of thousands a second).  Serialising
@@ -356,7 +356,7 @@ class Worker:
         only by one worker when several find the newest snapshot old at once.
         """
         while not stop.is_set():
-            await asyncio.sleep(5.0)
+            await asyncio.sleep(every_s)
             try:
                 await self._snapshot_if_due(store)
             except StoreUnavailableError as exc:  # PostgreSQL is away: the next round tries again

@@ -4,7 +4,8 @@ exits nor places a job twice (the in-memory store, failing as PostgreSQL does; n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -14,8 +15,9 @@ from schemas import JobSpec
 from schemas.events import JobAdmitted, NodeRegistered
 from schemas.node import GpuDevice, NodeInventory
 from services.placement.app import Worker
-from shared.eventstore import NewEvent
+from shared.eventstore import NewEvent, StoreUnavailableError
 from shared.settings import Settings
+from shared.state.fold import SNAPSHOT_NAME
 from shared.state.follow import catch_up
 from tests.store_faults import Faulty
 
@@ -77,3 +79,45 @@ async def test_an_append_cut_off_by_an_outage_is_retried_and_places_the_job_once
     placed = [e for e in await store.read_stream("job-j") if e.type == "JobPlaced"]
     assert store.failed == 1 and len(placed) == 1  # the outage was met, the job placed once
     assert consumer.committed == [{TP: 1}]  # its work item is done
+
+
+class SnapshotsFail(Faulty):
+    """Away for the first ``failures`` snapshot checks, then back."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def snapshot_position(self, name: str) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailableError("connection refused")
+        return await super().snapshot_position(name)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, key: int) -> AsyncIterator[bool]:
+        yield True  # one worker here: the lock is always its own
+
+
+async def test_the_snapshot_task_skips_rounds_while_the_store_is_away_then_saves() -> None:
+    store = SnapshotsFail(failures=3)
+    await _admitted(store)
+    for i in range(120):  # past the smallest snapshot_every (100 events)
+        data = JobAdmitted(spec=JobSpec.model_validate({"id": f"k{i}", "tenant": "t"})).model_dump(
+            mode="json", by_alias=True
+        )
+        await store.append([NewEvent(f"job-k{i}", data["type"], data)], {f"job-k{i}": -1})
+    worker = Worker(Settings(snapshot_every=100), "w1", "tessera")
+    await catch_up(worker.view, store)
+    stop = asyncio.Event()
+    snapshots: Any = worker._snapshots
+    task = asyncio.create_task(snapshots(store, stop, every_s=0.01))
+    for _ in range(200):
+        if await store.load_snapshot(SNAPSHOT_NAME) is not None or task.done():
+            break
+        await asyncio.sleep(0.01)
+    assert not task.done(), "the snapshot task ended on the outage"
+    saved = await store.load_snapshot(SNAPSHOT_NAME)
+    assert store.failures == 0 and saved is not None and saved[0] == worker.view.position
+    stop.set()
+    await asyncio.wait_for(task, 1.0)
