@@ -7,7 +7,6 @@ idempotent handlers make the redelivery harmless.  Run: ``python -m services.adm
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 
 from schemas.commands import CommandAdapter
@@ -15,7 +14,6 @@ from services.admission.batch import ATTEMPTS, Admission
 from services.admission.handlers import QueueRights
 from shared.bus import BusConsumer, BusProducer
 from shared.eventstore.postgres import PostgresEventStore
-from shared.eventstore.retry import until_available
 from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.readiness import mark_ready
@@ -58,9 +56,11 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
                 if not batch:
                     continue
                 # The batch's offsets are committed only once it is written: while PostgreSQL is
-                # away the same batch waits and is tried again, so no accepted job is lost.
-                decide = functools.partial(admission.decide, [d.value for d in batch])
-                verdicts = await until_available(decide, "admitting a batch")
+                # away the same batch waits and is tried again, so no accepted job is lost.  A stop
+                # ends the wait with nothing committed: the group's next member gets the batch.
+                verdicts = await admission.decide_riding_out([d.value for d in batch], stop)
+                if verdicts is None:
+                    break
                 for delivery, verdict in zip(batch, verdicts, strict=True):
                     log.debug("%s %s", delivery.key, verdict)
                     if verdict == "conflict":  # not handled: kept, with why, instead of dropped

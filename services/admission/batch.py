@@ -24,6 +24,7 @@ from schemas.job import JobSpec
 from services.admission.handlers import NeverFits, QueuePolicy, QueueRights, admit, cancel
 from shared.core.queues import QueueTree
 from shared.eventstore import ANY_VERSION, ConcurrencyError, EventStore, NewEvent
+from shared.eventstore.retry import until_available
 from shared.state.fold import ClusterView, job_state
 from shared.state.wire import job_stream, node_stream, queue_tree
 
@@ -67,6 +68,16 @@ class Admission:
         self.queues = queues
         self.nodes = NodeInventories()
         self.never_fits = NeverFits()
+
+    async def decide_riding_out(self, commands: Sequence[object], stop: asyncio.Event) -> list[str] | None:
+        """:meth:`decide`, tried again while the store is away (``until_available``); None if
+        ``stop`` ends the wait first.  Nothing of the batch is then written, so the caller must
+        leave its offsets uncommitted: the consumer group's next member gets it again."""
+        try:
+            return await until_available(lambda: self.decide(commands), "admitting a batch", stop=stop)
+        except OSError:  # until_available gives up on the store only once ``stop`` is set
+            log.warning("stopping with a batch of %d not admitted (it will come again)", len(commands))
+            return None
 
     async def decide(self, commands: Sequence[object]) -> list[str]:
         """Decide and append every command of one poll batch; one verdict per command, in order."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from services.admission.batch import Admission
 from services.admission.handlers import QueueRights
 from shared.eventstore import NO_STREAM, NewEvent, RecordedEvent
 from shared.eventstore.memory import InMemoryEventStore
+from tests.store_faults import Faulty
 
 QUEUES: QueueRights = {"default": ("*",), "secret": ("ops",)}
 
@@ -248,3 +250,41 @@ async def test_drain_and_uncordon_become_node_facts_and_an_unknown_node_is_rejec
         ("node-a", "NodeUncordoned"),
         ("rejected-drain-zz", "CommandRejected"),
     ]
+
+
+class AwayUntil(Faulty):
+    """PostgreSQL away for the first ``failures`` appends (dropped before they were written)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def fails(self, events: Sequence[NewEvent]) -> bool:
+        if self.failures:
+            self.failures -= 1
+            return True
+        return False
+
+
+async def test_a_batch_waits_out_an_outage_and_is_admitted_once_the_store_answers() -> None:
+    store = AwayUntil(failures=0)
+    await with_nodes(store)
+    store.failures = 2
+    verdicts = await Admission(store, QUEUES).decide_riding_out([SubmitJob(spec=spec("j1"))], asyncio.Event())
+    assert verdicts == ["admitted"] and store.failures == 0
+    assert await kinds(store) == [("job-j1", "JobAdmitted")]
+
+
+async def test_a_stop_during_an_outage_ends_the_wait_with_nothing_written() -> None:
+    store = AwayUntil(failures=0)
+    await with_nodes(store)
+    store.failures = 10**6
+    stop = asyncio.Event()
+    decided = asyncio.create_task(
+        Admission(store, QUEUES).decide_riding_out([SubmitJob(spec=spec("j1"))], stop)
+    )
+    await asyncio.sleep(0.5)  # a few tries, all refused
+    assert not decided.done()
+    stop.set()
+    assert await asyncio.wait_for(decided, 2.0) is None  # the caller commits nothing: it comes again
+    assert await kinds(store) == []
