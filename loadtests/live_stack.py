@@ -7,6 +7,7 @@ production, started in order and awaited until its readiness marker appears.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import signal
@@ -103,3 +104,29 @@ async def log_of(database: str) -> list[RecordedEvent]:
         return await store.read_all(0, 10**7)
     finally:
         await store.close()
+
+
+def delivery_faults(events: list[RecordedEvent], jobs: list[str]) -> dict[str, int]:
+    """What breaks "exactly once" in a log, counted: jobs admitted or placed other than once,
+    tasks started or ended more than once, tasks started but never ended or ended but never
+    started (0 everywhere in a sound run; a job requeued after its node was lost is placed
+    again, legitimately); and, for scale, how many tasks started."""
+    admitted = collections.Counter(e.stream for e in events if e.type == "JobAdmitted")
+    placed = collections.Counter(
+        e.stream for e in events if e.type == "JobPlaced" and e.stream.startswith("job-")
+    )
+    started = collections.Counter(
+        e.stream for e in events if e.type == "JobStarted" and e.stream.startswith("task-")
+    )
+    ended = collections.Counter(
+        e.stream for e in events if e.type in ("JobFinished", "JobFailed") and e.stream.startswith("task-")
+    )
+    return {
+        "admitted_not_once": sum(admitted[f"job-{j}"] != 1 for j in jobs),
+        "placed_not_once": sum(placed[f"job-{j}"] != 1 for j in jobs),
+        "tasks_started_twice": sum(n > 1 for n in started.values()),
+        "tasks_ended_twice": sum(n > 1 for n in ended.values()),
+        "tasks_never_ended": len(set(started) - set(ended)),
+        "tasks_ended_unstarted": len(set(ended) - set(started)),
+        "tasks_started": len(started),
+    }
