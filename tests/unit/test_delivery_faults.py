@@ -1,0 +1,51 @@
+"""The exactly-once checks the end-to-end tests and ``loadtests/chaos.py`` apply to a log."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from loadtests.live_stack import delivery_faults
+from shared.eventstore.port import RecordedEvent
+
+
+def _log(*entries: tuple[str, str]) -> list[RecordedEvent]:
+    at = datetime.now(UTC)
+    return [RecordedEvent(n + 1, stream, 1, kind, {}, {}, at) for n, (stream, kind) in enumerate(entries)]
+
+
+def test_a_sound_log_has_no_faults() -> None:
+    log = _log(
+        ("job-a", "JobAdmitted"),
+        ("job-a", "JobPlaced"),
+        ("task-a-0-0", "JobStarted"),
+        ("task-a-0-0", "JobFinished"),
+    )
+    faults = delivery_faults(log, ["a"])
+    assert faults == {
+        "admitted_not_once": 0,
+        "placed_not_once": 0,
+        "tasks_started_twice": 0,
+        "tasks_ended_twice": 0,
+        "tasks_never_ended": 0,
+        "tasks_ended_unstarted": 0,
+        "tasks_started": 1,
+    }
+
+
+def test_each_kind_of_fault_is_counted() -> None:
+    log = _log(
+        ("job-a", "JobAdmitted"),
+        ("job-a", "JobAdmitted"),  # admitted twice
+        ("job-a", "JobPlaced"),
+        ("job-a", "JobPlaced"),  # placed twice
+        ("task-a-0-0", "JobStarted"),
+        ("task-a-0-0", "JobStarted"),  # started twice
+        ("task-a-0-0", "JobFinished"),
+        ("task-a-0-0", "JobFailed"),  # ended twice
+        ("task-a-1-0", "JobStarted"),  # never ended
+        ("task-a-2-0", "JobFinished"),  # ended, never started
+    )
+    faults = delivery_faults(log, ["a", "b"])  # b: never admitted nor placed
+    assert faults["admitted_not_once"] == 2 and faults["placed_not_once"] == 2
+    assert faults["tasks_started_twice"] == 1 and faults["tasks_ended_twice"] == 1
+    assert faults["tasks_never_ended"] == 1 and faults["tasks_ended_unstarted"] == 1
