@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo simulate test lint unit infra-up infra-down infra-status bench clean
+.PHONY: setup demo simulate test lint unit infra-up infra-down infra-status bench chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: infra-up
 	$(BIN)/python loadtests/bench_eventstore.py
 	$(BIN)/python loadtests/bench_pipeline.py
 	$(BIN)/python loadtests/bench_cycle.py
+	$(BIN)/python loadtests/bench_worker_cycle.py
+
+## chaos: kill services and crash the servers at random while jobs flow, then check the log (2 minutes)
+chaos: infra-up
+	$(BIN)/python loadtests/chaos.py --seconds 120
 
 clean:
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache
