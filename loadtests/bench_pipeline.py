@@ -238,6 +238,7 @@ async def run(workers: int, loads: list[Load], console: Console, out: Path | Non
         stats = live.stats()
     finally:
         await live.stop()
+        await live.delete_topics()
         await drop_database(settings.database_url, database)
     for phase in phases.values():
         cpu = phase.cpu_ms_per_placement()

@@ -211,6 +211,7 @@ async def run(jobs: int, rate: float, fill: int, console: Console) -> dict[str, 
     finally:
         await watch.close()
         await live.stop()
+        await live.delete_topics()
         await drop_database(settings.database_url, database)
     started = watch.times["JobStarted"]
     raw = np.array([1000 * (started[j] - t) for j, t in sent.items() if j in started])

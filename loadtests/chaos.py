@@ -194,6 +194,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
         }
     finally:
         await live.stop()
+        await live.delete_topics()
         await drop_database(settings.database_url, database)
 
 

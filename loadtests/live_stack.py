@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared.bus.topics import delete_topics
 from shared.cli import stack
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
@@ -89,6 +90,10 @@ class LiveStack:
                 await asyncio.wait_for(proc.wait(), 15)
             except TimeoutError:
                 proc.kill()
+
+    async def delete_topics(self) -> list[str]:
+        """Delete this stack's topics (call after :meth:`stop`); their names."""
+        return await delete_topics(self.settings.kafka_bootstrap_servers, self.settings.topics)
 
     async def wait_terminal(self, job_ids: list[str], timeout: float) -> dict[str, str]:
         return await stack.wait_for(job_ids, timeout, self.settings)

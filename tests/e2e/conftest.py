@@ -1,5 +1,5 @@
 """The end-to-end tests' stack: every service a process of its own, on a database and topic
-prefix of the test's own, stopped and dropped afterwards."""
+prefix of the test's own, stopped, its topics deleted and its database dropped afterwards."""
 
 from __future__ import annotations
 
@@ -22,4 +22,5 @@ async def live(
         yield s
     finally:
         await s.stop()
+        await s.delete_topics()
         await drop_database(database_url, database)

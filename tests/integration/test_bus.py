@@ -133,3 +133,29 @@ async def test_batched_sends_arrive_complete_in_order_with_keys_and_headers(
     assert [int((r.value or b"")[:8]) for r in got] == list(range(2500))
     assert [r.key for r in got[:8]] == [f"s{i % 7}".encode() for i in range(8)]
     assert dict(got[1234].headers) == {"position": b"1234"}
+
+
+async def test_a_prefix_topics_are_created_then_deleted_and_no_other(
+    kafka_bootstrap: str, unique: str
+) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from shared.bus.topics import TopicNames, delete_topics, topic_layout
+
+    mine, other = TopicNames(f"del{unique}"), TopicNames(f"keep{unique}")
+    await ensure_topics(kafka_bootstrap, 2, names=mine)
+    await ensure_topics(kafka_bootstrap, 2, names=other)
+    assert await delete_topics(kafka_bootstrap, mine) == sorted(topic_layout(2, mine))
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        for _ in range(50):  # deletion reaches the metadata asynchronously
+            left = set(await admin.list_topics())
+            if not left & set(topic_layout(2, mine)):
+                break
+            await asyncio.sleep(0.1)
+        assert not left & set(topic_layout(2, mine))
+        assert set(topic_layout(2, other)) <= left
+    finally:
+        await admin.close()
+    await delete_topics(kafka_bootstrap, other)
