@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import os
+import re
 import time
 import zlib
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from rich.table import Table
 
 from schemas.job import JobSpec
 from schemas.queues import QueueTreeSpec
+from shared.bus.topics import delete_topics
 from shared.cli import stack
 from shared.cli.simulate import node_sample
 from shared.core.fragmentation import TypicalWorkload
@@ -372,6 +374,20 @@ def report(p: DemoPlan, live: Figures, fifo: Figures, ours: Figures, console: Co
         f"simulated tessera {ours.utilisation:.1f}%, simulated fifo {fifo.utilisation:.1f}%"
     )
     del p
+
+
+EARLIER_DEMO = re.compile(r"demo\d{6}\.[a-z]+")
+
+
+def earlier_demo(topic: str, prefix: str) -> bool:
+    """Whether ``topic`` is an earlier demo's (``demoHHMMSS.*``), not this one's (``prefix``)."""
+    return EARLIER_DEMO.fullmatch(topic) is not None and not topic.startswith(f"{prefix}.")
+
+
+async def drop_earlier_demos(settings: Settings, prefix: str) -> list[str]:
+    """The topics of earlier demos: their database has just been dropped, so nothing will read
+    them again."""
+    return await delete_topics(settings.kafka_bootstrap_servers, lambda name: earlier_demo(name, prefix))
 
 
 def database_env(url: str, prefix: str) -> None:

@@ -421,6 +421,9 @@ def demo(
         gang_after=int(10 * rate),
     )
     url = asyncio.run(d.fresh_database(Settings()))
+    dropped = asyncio.run(d.drop_earlier_demos(Settings(), f"demo{tag}"))
+    if dropped:
+        console.print(f"deleted {len(dropped)} topics of earlier demos (their database is gone)")
     d.database_env(url, f"demo{tag}")
     nodes_csv = d.write_nodes(p.nodes, stack.ROOT / ".local" / "demo" / "nodes.csv")
     console.print(

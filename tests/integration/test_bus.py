@@ -158,4 +158,6 @@ async def test_a_prefix_topics_are_created_then_deleted_and_no_other(
         assert set(topic_layout(2, other)) <= left
     finally:
         await admin.close()
+    picked = await delete_topics(kafka_bootstrap, lambda name: name.startswith(f"keep{unique}.sub"))
+    assert picked == [other.submissions]  # a predicate picks by name
     await delete_topics(kafka_bootstrap, other)

@@ -160,3 +160,14 @@ def test_submit_with_kafka_out_of_reach_says_so_quickly(monkeypatch: pytest.Monk
     out = " ".join(result.output.split())
     assert "cannot reach Kafka at 127.0.0.1:1" in out and "Nothing was changed" in out
     assert time.monotonic() - began < 10.0
+
+
+def test_a_demo_deletes_only_earlier_demos_topics() -> None:
+    from shared.cli.demo import earlier_demo
+
+    assert earlier_demo("demo015535.events", "demo101010")
+    assert earlier_demo("demo015535.submissions", "demo101010")
+    assert not earlier_demo("demo101010.events", "demo101010")  # this demo's own
+    assert not earlier_demo("tessera.events", "demo101010")  # the stack's
+    assert not earlier_demo("demolition.events", "demo101010")
+    assert not earlier_demo("e2eabc.events", "demo101010")
