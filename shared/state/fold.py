@@ -126,6 +126,14 @@ NODE_CONDITION_EVENTS = frozenset(
 )
 
 
+PendingKey = tuple[int, int, str]
+
+
+def pending_key(r: JobRecord) -> PendingKey:
+    """The order of the pending jobs: higher priority first, then earlier admission, then id."""
+    return (-r.spec.priority, r.admitted_at, r.spec.id)
+
+
 class ClusterView:
     """``rotation`` shifts where the node order starts (names sorted, then rotated).  Ties go to
     the first node in that order, so placement workers with different rotations pack different
@@ -457,9 +465,8 @@ class ClusterView:
 
     # -- queries ----------------------------------------------------------------------------
     def pending(self) -> list[JobRecord]:
-        """Pending jobs: higher priority first, then earlier admission, then id (stable)."""
-        waiting = [self.jobs[j] for j in self._pending]
-        return sorted(waiting, key=lambda j: (-j.spec.priority, j.admitted_at, j.spec.id))
+        """Pending jobs in :func:`pending_key` order."""
+        return sorted((self.jobs[j] for j in self._pending), key=pending_key)
 
     def drain_changed(self) -> list[str]:
         """Ids of the jobs that any event touched since the last call (or since restore), once each.

@@ -19,15 +19,8 @@ from shared.core.jobs import Job, Reservation, Running
 from shared.core.lifecycle import Phase
 from shared.core.memo import CycleMemo, PendingDelta, RunningDelta
 from shared.core.queues import QueueTree, open_tree
-from shared.state.fold import ClusterView, JobRecord
+from shared.state.fold import ClusterView, JobRecord, PendingKey, pending_key
 from shared.state.wire import core_job, queue_tree
-
-PendingKey = tuple[int, int, str]
-
-
-def pending_key(r: JobRecord) -> PendingKey:
-    """:meth:`ClusterView.pending`'s order: higher priority first, then earlier admission."""
-    return (-r.spec.priority, r.admitted_at, r.spec.id)
 
 
 class SnapshotBuilder:
