@@ -45,7 +45,13 @@ from shared.eventstore.retry import until_available
 from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
-from shared.state.follow import EventFollower, catch_up, follow_log, restore, same_log
+from shared.state.follow import (
+    EventFollower,
+    catch_up_when_available,
+    follow_log,
+    restore,
+    same_log,
+)
 from shared.state.readiness import mark_ready
 from shared.state.snapshot import SnapshotBuilder
 
@@ -301,7 +307,7 @@ class Worker:
             except Exception:  # a bug must not take the worker down: log, refresh, go on
                 log.exception("planning failed; refreshing the view")
                 self._profile = None
-                await self._catch_up(store, stop)
+                await catch_up_when_available(self.view, store, stop)
                 await asyncio.sleep(0.5)
                 continue
             self.stats.cycles += 1
@@ -334,11 +340,8 @@ class Worker:
             t2 = time.perf_counter()
             self.stats.seconds["append"] += t2 - t1
             if conflicted:  # another writer moved a node we used: see what it did before planning again
-                await self._catch_up(store, stop)
+                await catch_up_when_available(self.view, store, stop)
             self.stats.seconds["catch_up"] += time.perf_counter() - t2
-
-    async def _catch_up(self, store: PostgresEventStore, stop: asyncio.Event) -> None:
-        await until_available(functools.partial(catch_up, self.view, store), "catching up", stop=stop)
 
     async def _sleep_until_change(self, follower: EventFollower, timeout: float) -> None:
         follower.changed.clear()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -30,11 +29,10 @@ from schemas.node import NodeHeartbeat
 from services.preemption.handlers import Knobs, Step, Watch, decide
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
-from shared.eventstore.retry import until_available
 from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.fold import ClusterView
-from shared.state.follow import catch_up, follow_log, restore
+from shared.state.follow import catch_up_when_available, follow_log, restore
 from shared.state.readiness import mark_ready
 
 log = logging.getLogger("tessera.preemption")
@@ -199,7 +197,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
                 # catch up before deciding again (the steps' expected versions make a step
                 # decided on a stale view conflict instead of repeating).
                 with contextlib.suppress(OSError):  # stopping while the store is away
-                    await until_available(functools.partial(catch_up, view, store), "catching up", stop=stop)
+                    await catch_up_when_available(view, store, stop)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(follower.changed.wait(), TICK_S)

@@ -9,6 +9,7 @@ the store catch-up are harmless.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from datetime import datetime
@@ -19,6 +20,7 @@ from aiokafka.structs import ConsumerRecord
 from shared.bus.gather import gather_pause
 from shared.bus.topics import EVENTS
 from shared.eventstore.port import EventStore, RecordedEvent
+from shared.eventstore.retry import until_available
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, from_snapshot
 
@@ -58,6 +60,12 @@ async def catch_up(view: ClusterView, store: EventStore, batch: int = 2000) -> i
         if not events:
             return folded
         folded += view.apply_all(events)
+
+
+async def catch_up_when_available(view: ClusterView, store: EventStore, stop: asyncio.Event) -> int:
+    """:func:`catch_up`, waiting out a store that is away (``until_available``) until it answers
+    or ``stop`` is set (then the store's error goes to the caller)."""
+    return await until_available(functools.partial(catch_up, view, store), "catching up", stop=stop)
 
 
 def same_log(headers: dict[str, bytes], log_id: str) -> bool:
