@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -68,16 +68,9 @@ def topic_layout(partitions: int, names: TopicNames | None = None) -> dict[str, 
     }
 
 
-async def ensure_topics(
-    bootstrap: str,
-    partitions: int = 8,
-    extra: dict[str, int] | None = None,
-    names: TopicNames | None = None,
-    wait_s: float = 30.0,
-) -> None:
-    """Create the topics that do not exist yet (idempotent).  Waits up to ``wait_s`` for the
-    broker to answer: a service may start before Kafka does; a CLI command passes less."""
-    layout = {**topic_layout(partitions, names), **(extra or {})}
+@contextlib.asynccontextmanager
+async def _admin(bootstrap: str, wait_s: float = 0.0) -> AsyncIterator[AIOKafkaAdminClient]:
+    """An admin client, trying to reach the broker for up to ``wait_s`` (0: one try)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     deadline = time.monotonic() + wait_s
     while True:
@@ -89,6 +82,22 @@ async def ensure_topics(
                 raise
             await asyncio.sleep(0.5)
     try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def ensure_topics(
+    bootstrap: str,
+    partitions: int = 8,
+    extra: dict[str, int] | None = None,
+    names: TopicNames | None = None,
+    wait_s: float = 30.0,
+) -> None:
+    """Create the topics that do not exist yet (idempotent).  Waits up to ``wait_s`` for the
+    broker to answer: a service may start before Kafka does; a CLI command passes less."""
+    layout = {**topic_layout(partitions, names), **(extra or {})}
+    async with _admin(bootstrap, wait_s) as admin:
         existing = set(await admin.list_topics())
         missing = [NewTopic(name, n, 1) for name, n in layout.items() if name not in existing]
         if missing:
@@ -98,8 +107,6 @@ async def ensure_topics(
             if set(layout) <= set(await admin.list_topics()):
                 return
             await asyncio.sleep(0.1)
-    finally:
-        await admin.close()
 
 
 async def delete_topics(bootstrap: str, which: TopicNames | Callable[[str], bool]) -> list[str]:
@@ -113,12 +120,8 @@ async def delete_topics(bootstrap: str, which: TopicNames | Callable[[str], bool
         picks: Callable[[str], bool] = own.__contains__
     else:
         picks = which
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
+    async with _admin(bootstrap) as admin:
         doomed = sorted(name for name in await admin.list_topics() if picks(name))
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
-    finally:
-        await admin.close()
