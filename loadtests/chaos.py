@@ -45,27 +45,16 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from loadtests.live_stack import LiveStack, delivery_faults, log_of
+from loadtests.live_stack import TRACES, LiveStack, delivery_faults, log_of, trace_specs
 from schemas import JobSpec
 from shared.cli import stack
 from shared.settings import Settings
-from shared.sim.trace import load_pods
 from shared.state.fold import TERMINAL, ClusterView
 from tests.conftest import create_database, drop_database
 from tests.servers import crash, own_servers, restart
 
-TRACES = Path(__file__).resolve().parent / "traces" / "alibaba-gpu-v2023"
-NODES = TRACES / "openb_node_list_gpu_node.csv"
-AGENT = ["--mode", "simulated", "--nodes", str(NODES), "--limit", "60", "--speedup", "500"]
-SERVICES = {
-    "relay": ["-m", "shared.eventstore.relay"],
-    "admission": ["-m", "services.admission.app"],
-    "preemption": ["-m", "services.preemption.app"],
-    "agent": ["-m", "services.agent.app", *AGENT],
-    "placement-1": ["-m", "services.placement.app", "--name", "w1", "--shard", "0/2"],
-    "placement-2": ["-m", "services.placement.app", "--name", "w2", "--shard", "1/2"],
-}
-READY = {"placement-1": "placement-w1", "placement-2": "placement-w2"}
+NODES = str(TRACES / "openb_node_list_gpu_node.csv")
+AGENT = ["--mode", "simulated", "--nodes", NODES, "--limit", "60", "--speedup", "500"]
 
 
 @dataclass
@@ -80,11 +69,6 @@ class Run:
     faults: list[Fault] = field(default_factory=list)
     submitted: list[JobSpec] = field(default_factory=list)
     resent_chunks: int = 0
-
-
-def trace_jobs(count: int, tag: str) -> list[JobSpec]:
-    pods = sorted(load_pods(TRACES / "openb_pod_list_default.csv"), key=lambda p: (p.creation_time, p.name))
-    return [stack.spec_from_trace(p, 500).model_copy(update={"id": f"{p.name}-{tag}"}) for p in pods[:count]]
 
 
 async def submit(live: LiveStack, jobs: list[JobSpec], rate: float, run: Run) -> None:
@@ -106,7 +90,7 @@ async def submit(live: LiveStack, jobs: list[JobSpec], rate: float, run: Run) ->
 
 async def strike(live: LiveStack, rng: np.random.Generator, servers: bool, began: float, run: Run) -> None:
     """One fault, chosen by ``rng``, and the recovery from it."""
-    choices = [*SERVICES, *(("kafka", "postgres") if servers else ())]
+    choices = [*live.commands, *(("kafka", "postgres") if servers else ())]
     what = str(rng.choice(choices))
     if what in ("kafka", "postgres"):
         down = float(rng.uniform(3.0, 8.0))
@@ -121,7 +105,7 @@ async def strike(live: LiveStack, rng: np.random.Generator, servers: bool, began
     run.faults.append(Fault(time.monotonic() - began, f"kill {what}", down))
     await live.kill(what)
     await asyncio.sleep(down)
-    await live.start(what, *SERVICES[what], ready=READY.get(what))
+    await live.restart(what)
 
 
 async def chaos(
@@ -148,11 +132,10 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
     # Leases shorter than a server outage: a Kafka outage must not be taken for lost nodes.
     live.env.update(TESSERA_HEARTBEAT_S="1", TESSERA_LEASE_S="6", TESSERA_REQUEUE_AFTER_S="1")
     run = Run()
-    jobs = trace_jobs(round(args.rate * args.seconds), uuid.uuid4().hex[:6])
+    jobs = trace_specs(round(args.rate * args.seconds), 500, uuid.uuid4().hex[:6])
     try:
         with console.status("starting the stack"):
-            for name, argv in SERVICES.items():
-                await live.start(name, *argv, ready=READY.get(name))
+            await live.standard(workers=2, agent=AGENT)
         with Progress(console=console) as progress:
             await asyncio.gather(
                 submit(live, jobs, args.rate, run),

@@ -16,13 +16,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+from schemas import JobSpec
 from shared.bus.topics import delete_topics
 from shared.cli import stack
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
+from shared.sim.trace import load_pods
 
 ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "loadtests" / "traces" / "alibaba-gpu-v2023"
+
+
+def trace_specs(count: int, speedup: float, tag: str) -> list[JobSpec]:
+    """The first ``count`` openb pods by creation time as job specs, run times divided by
+    ``speedup``, ids suffixed with ``tag`` (a run's jobs never collide with another's)."""
+    pods = sorted(load_pods(TRACES / "openb_pod_list_default.csv"), key=lambda p: (p.creation_time, p.name))
+    return [
+        stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{tag}"}) for p in pods[:count]
+    ]
 
 
 class LiveStack:
@@ -40,8 +52,10 @@ class LiveStack:
         }
         self.settings = Settings(KAFKA_BOOTSTRAP_SERVERS=kafka, DATABASE_URL=database, topic_prefix=prefix)
         self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.commands: dict[str, tuple[tuple[str, ...], str | None]] = {}  # name -> (argv, ready)
 
     async def start(self, name: str, *argv: str, ready: str | None = None) -> None:
+        self.commands[name] = (argv, ready)
         marker = self.folder / f"{ready or name}.ready"
         marker.unlink(missing_ok=True)
         log = (self.folder / f"{name}.log").open("ab")
@@ -71,6 +85,11 @@ class LiveStack:
                 f"{i - 1}/{workers}",
                 ready=f"placement-w{i}",
             )
+
+    async def restart(self, name: str) -> None:
+        """Start ``name`` again as it was started last (after :meth:`kill`, say)."""
+        argv, ready = self.commands[name]
+        await self.start(name, *argv, ready=ready)
 
     def pids(self) -> dict[str, int]:
         """Process ids of the running services, by name."""

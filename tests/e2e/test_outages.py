@@ -17,10 +17,10 @@ import collections
 
 import pytest
 
-from loadtests.live_stack import LiveStack, log_of
+from loadtests.live_stack import TRACES, LiveStack, log_of, trace_specs
 from shared.cli import stack
 from shared.state.fold import ClusterView
-from tests.e2e.test_pipeline import TRACES, assert_exactly_once, trace_specs
+from tests.e2e.test_pipeline import assert_exactly_once
 from tests.servers import crash, own_servers, restart
 
 pytestmark = [

@@ -15,25 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.live_stack import LiveStack, delivery_faults, log_of
+from loadtests.live_stack import TRACES, LiveStack, delivery_faults, log_of, trace_specs
 from schemas import JobSpec
 from shared.cli import stack
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
-from shared.sim.trace import load_pods
 from shared.state.fold import SNAPSHOT_NAME, TERMINAL, ClusterView, digest
 from tests.conftest import create_database, drop_database
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT / "loadtests" / "traces" / "alibaba-gpu-v2023"
-
-
-def trace_specs(count: int, speedup: float, tag: str) -> list[JobSpec]:
-    pods = sorted(load_pods(TRACES / "openb_pod_list_default.csv"), key=lambda p: (p.creation_time, p.name))
-    return [
-        stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{tag}"}) for p in pods[:count]
-    ]
 
 
 def assert_exactly_once(events: list[RecordedEvent], jobs: list[str]) -> None:
@@ -170,10 +161,8 @@ async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_no
     await live.kill("placement-1")
     await live.kill("agent")
     await asyncio.sleep(1.0)
-    await live.start("agent", "-m", "services.agent.app", *agent)
-    await live.start(
-        "placement-1", "-m", "services.placement.app", "--name", "w1", "--shard", "0/2", ready="placement-w1"
-    )
+    await live.restart("agent")
+    await live.restart("placement-1")
     for restarted in ("agent", "placement-1"):
         assert "restored from a snapshot at position" in (live.folder / f"{restarted}.log").read_text()
     states = await live.wait_terminal([s.id for s in specs], timeout=240)
@@ -212,8 +201,8 @@ async def test_killing_admission_and_the_relay_mid_stream_loses_no_submission_an
         await store.close()
     assert any(e.type == "JobAdmitted" for e in at_kill), "killed before admission began"
     await stack.submit(second, live.settings)  # accepted by Kafka with nobody to admit it
-    await live.start("relay", "-m", "shared.eventstore.relay")
-    await live.start("admission", "-m", "services.admission.app")
+    await live.restart("relay")
+    await live.restart("admission")
     await stack.submit(third, live.settings)
     states = await live.wait_terminal([s.id for s in specs], timeout=240)
     terminal = collections.Counter(states.values())

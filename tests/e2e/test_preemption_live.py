@@ -136,7 +136,7 @@ async def test_the_preemption_service_killed_mid_eviction_resumes_it_from_the_lo
     await asyncio.sleep(3.5)
     events = await log_of(live.settings.database_url)
     assert "JobPreempted" not in kinds(events, "job-low")  # nobody finished it meanwhile
-    await live.start("preemption", "-m", "services.preemption.app")
+    await live.restart("preemption")
     states = await live.wait_terminal(["high", "low"], timeout=120)
     assert states == {"high": "finished", "low": "finished"}
     events = await log_of(live.settings.database_url)
