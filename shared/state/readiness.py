@@ -23,16 +23,17 @@ def mark_ready(name: str) -> None:
 
 
 def clear(names: Iterable[str]) -> None:
+    where = folder()
     for name in names:
-        (folder() / f"{name}.ready").unlink(missing_ok=True)
+        (where / f"{name}.ready").unlink(missing_ok=True)
 
 
 def wait_ready(names: Iterable[str], timeout: float = 60.0) -> list[str]:
     """Wait for every marker; returns the names still not ready after ``timeout``."""
-    wanted = list(names)
+    wanted, where = list(names), folder()  # the settings are read once, not every poll
     deadline = time.time() + timeout
     while True:
-        missing = [n for n in wanted if not (folder() / f"{n}.ready").exists()]
+        missing = [n for n in wanted if not (where / f"{n}.ready").exists()]
         if not missing or time.time() > deadline:
             return missing
         time.sleep(0.2)
