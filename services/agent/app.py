@@ -138,6 +138,9 @@ class Agent:
         self._mine: dict[str, tuple[int, set[int]]] = {}  # job -> (attempt, tasks) this process runs
         self._stopping: set[tuple[str, int, int]] = set()  # (job, task, attempt) eviction handled
         self.store: EventStore | None = None
+        # Set while ``run`` lives: a claim or a report waiting out a store outage ends on it (the
+        # claim is made again after a restart; the end stays in the outbox and is reported then).
+        self.stop: asyncio.Event | None = None
         self.ready_name = settings.service_name or "agent"
         self.outbox = Outbox(Path(settings.agent_state_dir) / self.ready_name / "outbox")
         self.claim_id = uuid.uuid4().hex  # names this process's claims (JobStarted.claim)
@@ -159,6 +162,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
+        self.stop = stop
         await service_topics(s)
         store = await PostgresEventStore.connect(s.database_url, max_size=6, wait_s=s.start_wait_s)
         self.store = store
@@ -183,8 +187,10 @@ class Agent:
                         stop=stop,
                         errors=StoreUnavailableError,
                     )
-                except StoreUnavailableError:
-                    break  # stopping while the store is away
+                except OSError:
+                    if not stop.is_set():
+                        raise
+                    break  # stopping while the store is away (a claim's wait ended too)
                 follower.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(follower.changed.wait(), 0.5)
@@ -335,7 +341,9 @@ class Agent:
             events += e
             expected.update(x)
         try:
-            await until_available(functools.partial(store.append, events, expected), "claiming tasks")
+            await until_available(
+                functools.partial(store.append, events, expected), "claiming tasks", stop=self.stop
+            )
             return tasks
         except ConcurrencyError:
             if len(tasks) == 1:
@@ -350,7 +358,9 @@ class Agent:
     async def _claimed_here(self, store: EventStore, record: JobRecord, binding: TaskBinding) -> bool:
         """Whether the task's stream starts with this process's claim."""
         stream = task_stream(record.spec.id, binding.task, record.status.attempt)
-        first = await until_available(functools.partial(store.read_stream, stream), "reading a claim")
+        first = await until_available(
+            functools.partial(store.read_stream, stream), "reading a claim", stop=self.stop
+        )
         return bool(first) and first[0].type == "JobStarted" and first[0].data.get("claim") == self.claim_id
 
     def _end_event(self, end: TaskEnd, node: str) -> TaskStopped | JobFinished | JobFailed:
@@ -396,10 +406,19 @@ class Agent:
         expected = {job_stream(end.job_id): ANY_VERSION, task: NO_STREAM if never_started else 1}
         self.outbox.put(end)
         # A conflict: already ended by another instance (or started by one, for a claim-stop).
-        with contextlib.suppress(ConcurrencyError):
+        try:
             await until_available(
-                functools.partial(store.append, events, expected), f"reporting {end.job_id}/{end.task}"
+                functools.partial(store.append, events, expected),
+                f"reporting {end.job_id}/{end.task}",
+                stop=self.stop,
             )
+        except ConcurrencyError:
+            pass
+        except OSError:
+            if self.stop is None or not self.stop.is_set():
+                raise
+            log.warning("stopping with %s/%d unreported: it stays in the outbox", end.job_id, end.task)
+            return  # the next agent on this state folder reports it first thing
         self.outbox.remove(end)
 
 

@@ -7,12 +7,14 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from schemas import JobSpec
 from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, TaskBinding
 from schemas.node import GpuDevice, NodeInventory
 from services.agent.app import Agent
 from services.agent.runtime import SimulatedRuntime, TaskEnd
-from shared.eventstore import NewEvent, RecordedEvent
+from shared.eventstore import NewEvent, RecordedEvent, StoreUnavailableError
 from shared.eventstore.memory import InMemoryEventStore
 from shared.settings import Settings
 from shared.state.follow import catch_up
@@ -124,3 +126,43 @@ async def test_a_claim_written_before_its_reply_was_lost_is_still_this_agents(tm
     # Another process's claim is not taken for its own.
     other = await _agent(store, tmp_path)
     assert await other._claim(store, [(record, record.bindings[0])]) == []
+
+
+class Away(Faulty):
+    """Once ``away``, refuses every append: PostgreSQL stays away."""
+
+    away = False
+
+    def fails(self, events: Sequence[NewEvent]) -> bool:
+        return self.away
+
+
+async def test_a_stop_ends_a_report_waiting_out_an_outage_and_the_end_stays_in_the_outbox(
+    tmp_path: Path,
+) -> None:
+    store = Away()
+    await _running_job(store)
+    agent = await _agent(store, tmp_path)
+    agent.stop, store.away = asyncio.Event(), True
+    reporting = asyncio.create_task(agent._report(TaskEnd("j", 0, 0)))
+    await asyncio.sleep(0.5)  # several refused appends; the report waits between two tries
+    assert not reporting.done(), "the report gave up while the store was away"
+    agent.stop.set()
+    await asyncio.wait_for(reporting, 1.0)  # ends at once, without an error
+    assert [e.job_id for e in agent.outbox.pending()] == ["j"]  # kept for the next agent
+    assert _ends(await store.read_all(0, 100)) == 0
+
+
+async def test_a_stop_ends_a_claim_waiting_out_an_outage_and_nothing_is_claimed(tmp_path: Path) -> None:
+    store = Away()
+    await _running_job(store, started=False)
+    agent = await _agent(store, tmp_path)
+    agent.stop, store.away = asyncio.Event(), True
+    record = agent.view.jobs["j"]
+    claiming = asyncio.create_task(agent._claim(store, [(record, record.bindings[0])]))
+    await asyncio.sleep(0.5)
+    assert not claiming.done(), "the claim gave up while the store was away"
+    agent.stop.set()
+    with pytest.raises(StoreUnavailableError):  # the reconcile loop ends on it (``Agent.run``)
+        await asyncio.wait_for(claiming, 1.0)
+    assert not [e for e in await store.read_all(0, 100) if e.stream == "task-j-0"]
