@@ -22,6 +22,9 @@ app = typer.Typer(
     help="Tessera: an event-driven, fragmentation-aware scheduler for GPU and CPU AI clusters.",
     no_args_is_help=True,
     add_completion=False,
+    # Docstrings wrap at 100 columns: markdown joins their lines into paragraphs (rich mode kept
+    # every break) and shows ``names`` as code, not with their backticks.
+    rich_markup_mode="markdown",
 )
 console = Console()
 
