@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.bus.topics import TopicNames
@@ -192,6 +192,13 @@ def knobs(settings: Settings | None = None) -> list[Knob]:
         default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
         rows.append(Knob(variable, _shown(default), _shown(getattr(settings, name)), field.description or ""))
     return rows
+
+
+def settings_errors(exc: ValidationError) -> list[str]:
+    """One line per bad setting, named by its environment variable (``TESSERA_LEASE_S: Input
+    should be greater than 0``).  Only the plain-string settings have other names
+    (``DATABASE_URL``), and a string is never refused."""
+    return [f"{PREFIX}{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in exc.errors()]
 
 
 def markdown_table() -> str:

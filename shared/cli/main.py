@@ -212,18 +212,44 @@ def up(
     policy: Annotated[str, typer.Option(help="placement policy")] = DEFAULT_POLICY,
 ) -> None:
     """Start PostgreSQL and Kafka (if needed), then the relay, admission, placement workers and agent."""
+    import asyncio
+    import time
+
     from shared.cli import stack
+    from shared.cli.reach import where_postgres
+    from shared.settings import Settings
     from shared.state import readiness
 
     infra_up()
+    url = Settings().database_url
+    try:
+        created = asyncio.run(stack.ensure_database(url))
+    except Exception as exc:  # refused, wrong password, a missing database elsewhere
+        console.print(f"[red]PostgreSQL at {where_postgres(url)}: {exc}[/red]")
+        raise typer.Exit(1) from None
+    if created:
+        console.print(f"created database {created} on {where_postgres(url)}")
     commands = stack.service_commands(workers, agent.value, nodes, limit or None, speedup, policy)
-    readiness.clear(stack.ready_names(commands))
+    ready = dict(zip(commands, stack.ready_names(commands), strict=True))  # process -> marker
+    readiness.clear(ready.values())
+    pids = {}
     for name, argv in commands.items():
-        console.print(f"{name:<12} pid {stack.start(name, argv)}  log .local/logs/{name}.log")
-    missing = readiness.wait_ready(stack.ready_names(commands), timeout=90)
-    if missing:
-        console.print(f"[red]not ready after 90 s: {', '.join(missing)} (see .local/logs)[/red]")
-        raise typer.Exit(1)
+        pids[name] = stack.start(name, argv)
+        console.print(f"{name:<12} pid {pids[name]}  log .local/logs/{name}.log")
+    deadline = time.monotonic() + 90
+    while missing := readiness.not_ready(ready.values()):
+        # A service that exits (a bad setting, a server it cannot use) says why in its log's
+        # last line: show it now rather than after the whole wait.
+        gone = [name for name, pid in pids.items() if stack.exited(pid)]
+        if gone:
+            for name in gone:
+                console.print(f"[red]{name} exited: {stack.last_error(name)}[/red]")
+            stack.stop_all()
+            raise typer.Exit(1)
+        if time.monotonic() > deadline:
+            console.print(f"[red]not ready after 90 s: {', '.join(missing)} (see .local/logs)[/red]")
+            raise typer.Exit(1)
+        time.sleep(0.2)
     console.print("all services ready")
 
 
@@ -540,7 +566,7 @@ def config(
     from pydantic import ValidationError
     from rich.table import Table
 
-    from shared.settings import knobs, markdown_table
+    from shared.settings import knobs, markdown_table, settings_errors
 
     if markdown:
         typer.echo(markdown_table(), nl=False)
@@ -548,8 +574,8 @@ def config(
     try:
         rows = knobs()
     except ValidationError as exc:
-        for err in exc.errors():
-            console.print(f"[red]TESSERA_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}[/red]")
+        for line in settings_errors(exc):
+            console.print(f"[red]{line}[/red]")
         raise typer.Exit(2) from None
     table = Table(title="settings (environment; `tessera config --markdown` for the README's table)")
     table.add_column("variable", no_wrap=True)
@@ -573,5 +599,23 @@ def schema(
         console.print(f"wrote {path}")
 
 
+def main() -> None:
+    """The ``tessera`` command: ``app``, where a bad setting in the environment is said in one
+    line per variable (exit 2), as ``tessera config`` says it, not in a traceback from the first
+    command that read the settings."""
+    from pydantic import ValidationError
+
+    from shared.settings import settings_errors
+
+    try:
+        app()
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        for line in settings_errors(exc):
+            console.print(f"[red]{line}[/red]")
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -16,7 +16,8 @@ from rich.console import Console
 T = TypeVar("T")
 
 
-def _where_postgres(url: str) -> str:
+def where_postgres(url: str) -> str:
+    """``host:port/database`` of a database URL (never its password)."""
     parts = urlsplit(url)
     return f"{parts.hostname}:{parts.port or 5432}{parts.path}"
 
@@ -28,14 +29,18 @@ def run_reaching(coro: Coroutine[Any, Any, T], doing: str, console: Console) -> 
     from shared.eventstore import StoreUnavailableError
     from shared.settings import Settings
 
-    settings = Settings()
+    try:
+        settings = Settings()
+    except Exception:
+        coro.close()  # never run: no "was never awaited" warning after the settings' error
+        raise
     try:
         return asyncio.run(coro)
     except (KafkaConnectionError, KafkaTimeoutError) as exc:
         server = f"Kafka at {settings.kafka_bootstrap_servers}"
         reason = str(exc)
     except StoreUnavailableError as exc:  # the event store's adapter says PostgreSQL is away
-        server = f"PostgreSQL at {_where_postgres(settings.database_url)}"
+        server = f"PostgreSQL at {where_postgres(settings.database_url)}"
         reason = str(exc)
     console.print(
         f"[red]{doing}: cannot reach {server} ({reason}).  Is it running?  `tessera infra status` "

@@ -13,9 +13,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import asyncpg
 import yaml
 
 from schemas import ApplyQueues, DrainNode, JobSpec, SubmitJob, UncordonNode
@@ -111,6 +113,54 @@ def start(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> 
     )
     (RUN / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
+
+
+def exited(pid: int) -> bool:
+    """Whether the service process ``pid`` is gone.  One this process started is reaped (a dead
+    child stays a zombie, which ``kill(pid, 0)`` still finds); any other is looked up."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:  # not our child: started by an earlier ``tessera up``
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        return False
+
+
+def last_error(name: str) -> str:
+    """The last line of a service's log: where a service that exited says why."""
+    try:
+        lines = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return next((line.strip() for line in reversed(lines) if line.strip()), "(empty log)")
+
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+async def ensure_database(url: str) -> str | None:
+    """Create the database ``url`` names if its server answers without it; returns its name if
+    it was created.  Only on a loopback server (the one ``tessera infra`` runs): elsewhere a
+    missing database is more likely a typo in ``DATABASE_URL`` than a wish, and the services
+    report it."""
+    try:
+        conn = await asyncpg.connect(url)
+    except asyncpg.InvalidCatalogNameError:
+        parts = urllib.parse.urlsplit(url)
+        name = urllib.parse.unquote(parts.path.lstrip("/"))
+        if parts.hostname not in LOOPBACK or not name:
+            raise
+        admin = await asyncpg.connect(urllib.parse.urlunsplit(parts._replace(path="/postgres")))
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        return name
+    await conn.close()
+    return None
 
 
 def running_services() -> dict[str, int]:

@@ -5,7 +5,6 @@ the end-to-end tests start submitting only when every service listens."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,12 +27,7 @@ def clear(names: Iterable[str]) -> None:
         (where / f"{name}.ready").unlink(missing_ok=True)
 
 
-def wait_ready(names: Iterable[str], timeout: float = 60.0) -> list[str]:
-    """Wait for every marker; returns the names still not ready after ``timeout``."""
-    wanted, where = list(names), folder()  # the settings are read once, not every poll
-    deadline = time.time() + timeout
-    while True:
-        missing = [n for n in wanted if not (where / f"{n}.ready").exists()]
-        if not missing or time.time() > deadline:
-            return missing
-        time.sleep(0.2)
+def not_ready(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` whose marker is not there (yet)."""
+    where = folder()
+    return [n for n in names if not (where / f"{n}.ready").exists()]

@@ -1,11 +1,14 @@
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from shared.cli.main import app
+from shared.cli import stack
+from shared.cli.main import app, main
 from shared.cli.simulate import parse_seeds
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -171,3 +174,38 @@ def test_a_demo_deletes_only_earlier_demos_topics() -> None:
     assert not earlier_demo("tessera.events", "demo101010")  # the stack's
     assert not earlier_demo("demolition.events", "demo101010")
     assert not earlier_demo("e2eabc.events", "demo101010")
+
+
+def test_a_bad_setting_is_said_in_one_line_naming_its_variable_not_in_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TESSERA_LEASE_S", "-1")
+    monkeypatch.setattr("sys.argv", ["tessera", "status"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 2
+    out = capsys.readouterr().out
+    assert "TESSERA_LEASE_S: Input should be greater than 0" in out and "Traceback" not in out
+
+
+def test_a_service_that_exits_is_seen_at_once_with_the_last_line_of_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``tessera up`` reads while it waits for the services: a started child that exits is
+    reaped (a zombie still answers ``kill(pid, 0)``), and its log's last line says why."""
+    monkeypatch.setattr(stack, "LOGS", tmp_path)
+    why = 'InvalidCatalogNameError: database "x" does not exist'
+    (tmp_path / "relay.log").write_text(f"Traceback...\n  ...\n{why}\n\n")
+    assert stack.last_error("relay") == why
+    assert stack.last_error("absent") == "(no log)"
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.time() + 10
+        while not stack.exited(quick.pid):
+            assert time.time() < deadline, "an exited child was not seen"
+            time.sleep(0.05)
+        assert not stack.exited(slow.pid)
+    finally:
+        slow.kill()
+        slow.wait()
