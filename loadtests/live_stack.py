@@ -11,8 +11,10 @@ import collections
 import json
 import os
 import signal
+import socket
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,13 @@ def trace_specs(count: int, speedup: float, tag: str) -> list[JobSpec]:
     ]
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class LiveStack:
     def __init__(self, kafka: str, database: str, prefix: str, folder: Path) -> None:
         self.folder = folder
@@ -53,6 +62,7 @@ class LiveStack:
         self.settings = Settings(KAFKA_BOOTSTRAP_SERVERS=kafka, DATABASE_URL=database, topic_prefix=prefix)
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.commands: dict[str, tuple[tuple[str, ...], str | None]] = {}  # name -> (argv, ready)
+        self.metrics: dict[str, int] = {}  # service -> its Prometheus port (``metrics=True``)
 
     async def start(self, name: str, *argv: str, ready: str | None = None) -> None:
         self.commands[name] = (argv, ready)
@@ -60,6 +70,8 @@ class LiveStack:
         marker.unlink(missing_ok=True)
         log = (self.folder / f"{name}.log").open("ab")
         env = {**self.env, "TESSERA_SERVICE_NAME": ready or name}
+        if name in self.metrics:
+            env["TESSERA_METRICS_PORT"] = str(self.metrics[name])
         self.procs[name] = await asyncio.create_subprocess_exec(
             sys.executable, *argv, cwd=ROOT, env=env, stdout=log, stderr=log
         )
@@ -69,7 +81,13 @@ class LiveStack:
             assert time.time() < deadline, f"{name} not ready"
             await asyncio.sleep(0.1)
 
-    async def standard(self, workers: int, agent: list[str]) -> None:
+    async def standard(self, workers: int, agent: list[str], metrics: bool = False) -> None:
+        """Every service; with ``metrics``, each serves Prometheus metrics on a free port
+        (``self.metrics``, read with :meth:`scrape`)."""
+        if metrics:
+            names = ["relay", "admission", "preemption", "agent"]
+            names += [f"placement-{i}" for i in range(1, workers + 1)]
+            self.metrics = {name: free_port() for name in names}
         await self.start("relay", "-m", "shared.eventstore.relay")
         await self.start("admission", "-m", "services.admission.app")
         await self.start("preemption", "-m", "services.preemption.app")
@@ -90,6 +108,18 @@ class LiveStack:
         """Start ``name`` again as it was started last (after :meth:`kill`, say)."""
         argv, ready = self.commands[name]
         await self.start(name, *argv, ready=ready)
+
+    def scrape(self, name: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """The metric samples service ``name`` serves now: (name, labels) -> value."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics[name]}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
 
     def pids(self) -> dict[str, int]:
         """Process ids of the running services, by name."""

@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 
+from shared import metrics
 from shared.bus.topics import ensure_topics
 from shared.settings import Settings
 
@@ -68,6 +69,7 @@ def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     gc_policy = GcPolicy(settings.gc_sweep_s)
     gc_policy.install()
+    metrics.serve(settings)
 
     async def go() -> None:
         stop = asyncio.Event()

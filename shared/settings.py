@@ -146,6 +146,16 @@ class Settings(BaseSettings):
         "it; default: the service's own name)",
     )
     log_level: str = Field("INFO", description="service log level")
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="a service serves Prometheus metrics at `http://TESSERA_METRICS_ADDR:PORT/metrics` (0: "
+        "not served; `tessera up --metrics-port BASE` gives each service its own port from BASE)",
+    )
+    metrics_addr: str = Field(
+        "127.0.0.1", description="the address metrics are served on (`0.0.0.0` for a scraper elsewhere)"
+    )
     profile: Path | None = Field(
         None,
         description="developer aid: a folder; every service runs under cProfile and writes "

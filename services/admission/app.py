@@ -12,6 +12,7 @@ import logging
 from schemas.commands import CommandAdapter
 from services.admission.batch import ATTEMPTS, Admission
 from services.admission.handlers import QueueRights
+from shared import metrics
 from shared.bus import BusConsumer, BusProducer
 from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service, service_topics
@@ -63,6 +64,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
                     break
                 for delivery, verdict in zip(batch, verdicts, strict=True):
                     log.debug("%s %s", delivery.key, verdict)
+                    metrics.ADMISSION_VERDICTS.labels(verdict).inc()
                     if verdict == "conflict":  # not handled: kept, with why, instead of dropped
                         await consumer.dead_letter(
                             delivery.record, f"admission gave up after {ATTEMPTS} conflicting appends"

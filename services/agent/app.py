@@ -33,6 +33,7 @@ from pathlib import Path
 from schemas.events import JobFailed, JobFinished, JobStarted, NodeRegistered, TaskBinding, TaskStopped
 from schemas.node import GpuDevice, NodeHeartbeat, NodeInventory
 from services.agent.runtime import ProcessRuntime, Runtime, SimulatedRuntime, TaskEnd, TaskRun
+from shared import metrics
 from shared.bus import BusProducer
 from shared.eventstore import (
     ANY_VERSION,
@@ -278,6 +279,7 @@ class Agent:
             chunk = to_start[chunk_start : chunk_start + START_CHUNK]
             for record, binding in await self._claim(store, chunk):
                 self._own(record, binding.task)
+                metrics.AGENT_TASKS_STARTED.inc()
                 pid = await self.runtime.start(self._run_of(record, binding, now), now, self._report)
                 level = logging.INFO if pid is not None else logging.DEBUG  # simulated: thousands/s
                 log.log(level, "started %s/%d on %s pid=%s", record.spec.id, binding.task, binding.node, pid)
@@ -412,6 +414,7 @@ class Agent:
                 f"reporting {end.job_id}/{end.task}",
                 stop=self.stop,
             )
+            metrics.AGENT_TASK_ENDS.labels(event.type).inc()
         except ConcurrencyError:
             pass
         except OSError:

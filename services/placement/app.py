@@ -32,6 +32,7 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan, shard_mask
+from shared import metrics
 from shared.bus.consumer import commit_or_yield
 from shared.bus.gather import gather_pause
 from shared.core.cluster import BoolArray
@@ -313,6 +314,9 @@ class Worker:
             self.stats.cycles += 1
             t1 = time.perf_counter()
             self.stats.seconds["plan"] += t1 - t0
+            metrics.PLACEMENT_CYCLES.inc()
+            metrics.PLACEMENT_CYCLE_SECONDS.observe(t1 - t0)
+            metrics.PENDING_JOBS.set(len(self.view.pending_ids()))
             if not decision.events:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue
@@ -328,6 +332,7 @@ class Worker:
                     )
                 except ConcurrencyError as exc:
                     self.stats.conflicts += 1
+                    metrics.PLACEMENT_CONFLICTS.inc()
                     log.info("conflict on %s", dict(list(exc.conflicts.items())[:3]))
                     conflicted = True
                     break  # the rest was planned on top of this chunk: re-plan it
@@ -335,8 +340,14 @@ class Worker:
                 self.view.apply_ahead(recorded)
                 now = time.time()
                 for job in placed:
-                    self.stats.latencies_ms.append(1000 * (now - self.view.jobs[job].admitted_time))
+                    waited = now - self.view.jobs[job].admitted_time
+                    self.stats.latencies_ms.append(1000 * waited)
+                    metrics.PLACEMENT_LATENCY_SECONDS.observe(waited)
                 self.stats.placements += len(placed)
+                metrics.PLACEMENTS.inc(len(placed))
+                for event in events:
+                    if event.stream.startswith("job-"):  # once per event, not per stream it goes to
+                        metrics.PLACEMENT_EVENTS.labels(event.type).inc()
             t2 = time.perf_counter()
             self.stats.seconds["append"] += t2 - t1
             if conflicted:  # another writer moved a node we used: see what it did before planning again

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from schemas.node import NodeHeartbeat
 from services.preemption.handlers import Knobs, Step, Watch, decide
+from shared import metrics
 from shared.eventstore import ConcurrencyError
 from shared.eventstore.postgres import PostgresEventStore
 from shared.service import run_service, service_topics
@@ -152,8 +153,14 @@ async def act(store: PostgresEventStore, view: ClusterView, leases: Leases, k: K
         view.apply_ahead(recorded)  # the next decide sees it at once
         taken += len(batch)
         for step in batch:
-            log.info("%s", step.what)
+            _taken(step)
     return taken
+
+
+def _taken(step: Step) -> None:
+    log.info("%s", step.what)
+    for kind in {e.type for e in step.events}:  # one step writes an event to several streams
+        metrics.PREEMPTION_EVENTS.labels(kind).inc()
 
 
 async def _one_by_one(store: PostgresEventStore, view: ClusterView, steps: list[Step]) -> int:
@@ -166,7 +173,7 @@ async def _one_by_one(store: PostgresEventStore, view: ClusterView, steps: list[
             continue
         view.apply_ahead(recorded)
         taken += 1
-        log.info("%s", step.what)
+        _taken(step)
     return taken
 
 

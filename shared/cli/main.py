@@ -210,9 +210,14 @@ def up(
     limit: Annotated[int, typer.Option(help="simulated agent: first N nodes (0: all)")] = 0,
     speedup: Annotated[float, typer.Option(help="simulated agent: divide job durations by this")] = 60.0,
     policy: Annotated[str, typer.Option(help="placement policy")] = DEFAULT_POLICY,
+    metrics_port: Annotated[
+        int,
+        typer.Option(help="Prometheus metrics: one port per service from this one on (0: off)"),
+    ] = 9400,
 ) -> None:
     """Start PostgreSQL and Kafka (if needed), then the relay, admission, placement workers and agent."""
     import asyncio
+    import os
     import time
 
     from shared.cli import stack
@@ -233,9 +238,13 @@ def up(
     ready = dict(zip(commands, stack.ready_names(commands), strict=True))  # process -> marker
     readiness.clear(ready.values())
     pids = {}
-    for name, argv in commands.items():
-        pids[name] = stack.start(name, argv)
-        console.print(f"{name:<12} pid {pids[name]}  log .local/logs/{name}.log")
+    for i, (name, argv) in enumerate(commands.items()):
+        env, served = os.environ.copy(), ""
+        if metrics_port:
+            env["TESSERA_METRICS_PORT"] = str(metrics_port + i)
+            served = f"  metrics http://{Settings().metrics_addr}:{metrics_port + i}/metrics"
+        pids[name] = stack.start(name, argv, env)
+        console.print(f"{name:<12} pid {pids[name]}  log .local/logs/{name}.log{served}")
     deadline = time.monotonic() + 90
     while missing := readiness.not_ready(ready.values()):
         # A service that exits (a bad setting, a server it cannot use) says why in its log's

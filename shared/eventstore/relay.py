@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from shared import metrics
 from shared.bus import tracing
 from shared.bus.gather import gather_pause
 from shared.bus.producer import BusProducer
@@ -127,6 +128,7 @@ class Relay:
                     await self.publish(events)
                     cursor = events[-1].position
                     self.published += len(events)
+                    metrics.RELAY_PUBLISHED.inc(len(events))
                     # Progress is recorded at most every track_s (a commit each): a crash republishes
                     # what came after it, and consumers drop positions they have folded.
                     if time.monotonic() - tracked_at >= self.track_s:

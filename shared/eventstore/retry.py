@@ -18,8 +18,15 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from shared import metrics
+
 T = TypeVar("T")
 log = logging.getLogger("tessera.store")
+
+
+def _retrying(what: str, state: RetryCallState) -> None:
+    metrics.STORE_RETRIES.inc()
+    log.warning("%s: %s; retrying", what, state.outcome.exception() if state.outcome else "")
 
 
 async def until_available(
@@ -58,9 +65,7 @@ async def until_available(
         wait=wait_exponential(multiplier=0.2, max=5.0),
         stop=stopping,
         sleep=pause,
-        before_sleep=lambda state: log.warning(
-            "%s: %s; retrying", what, state.outcome.exception() if state.outcome else ""
-        ),
+        before_sleep=lambda state: _retrying(what, state),
         reraise=True,
     ):
         with attempt:

@@ -116,7 +116,9 @@ async def test_500_trace_jobs_on_100_nodes_with_two_workers_all_end_and_nothing_
 ) -> None:
     nodes = str(TRACES / "openb_node_list_gpu_node.csv")
     await live.standard(
-        workers=2, agent=["--mode", "simulated", "--nodes", nodes, "--limit", "100", "--speedup", "2000"]
+        workers=2,
+        agent=["--mode", "simulated", "--nodes", nodes, "--limit", "100", "--speedup", "2000"],
+        metrics=True,
     )
     specs = trace_specs(500, speedup=2000, tag="t500")
     await stack.submit(specs, live.settings)
@@ -138,6 +140,23 @@ async def test_500_trace_jobs_on_100_nodes_with_two_workers_all_end_and_nothing_
         upto = ClusterView()
         upto.apply_all([e for e in events if e.position <= int(s["position"])])
         assert digest(upto) == s["digest"]
+    # Each service's Prometheus counters say what the log says.
+    n = len(specs)
+    workers = [live.scrape(f"placement-{i}") for i in (1, 2)]
+    assert sum(w[("tessera_placements_total", ())] for w in workers) == n
+    assert sum(w[("tessera_placement_events_total", (("type", "JobPlaced"),))] for w in workers) == n
+    assert all(w[("tessera_placement_cycles_total", ())] > 0 for w in workers)
+    assert sum(w[("tessera_placement_latency_seconds_count", ())] for w in workers) == n
+    assert live.scrape("admission")[("tessera_admission_verdicts_total", (("verdict", "admitted"),))] == n
+    agent = live.scrape("agent")
+    assert agent[("tessera_agent_tasks_started_total", ())] == n
+    assert agent[("tessera_agent_task_ends_total", (("type", "JobFinished"),))] == n
+    for _ in range(100):  # the relay publishes the log's last events a moment after they are in it
+        published = live.scrape("relay")[("tessera_relay_published_total", ())]
+        if published >= len(events):
+            break
+        await asyncio.sleep(0.1)
+    assert published >= len(events)  # every event of the log (one sent twice after a restart: more)
 
 
 async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_none_twice(

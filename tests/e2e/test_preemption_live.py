@@ -49,9 +49,9 @@ def process_job(job_id: str, priority: str, *args: str, checkpointable: bool = T
     )
 
 
-async def start_process_stack(live: LiveStack) -> None:
+async def start_process_stack(live: LiveStack, metrics: bool = False) -> None:
     live.env.update(FAST)
-    await live.standard(workers=1, agent=["--mode", "process", "--name", "box"])
+    await live.standard(workers=1, agent=["--mode", "process", "--name", "box"], metrics=metrics)
 
 
 async def wait_log(live: LiveStack, found: object, timeout: float = 60.0) -> list[RecordedEvent]:
@@ -76,7 +76,7 @@ def has(kind: str, stream: str) -> object:
 async def test_a_high_priority_job_evicts_a_checkpointing_victim_which_resumes_later(
     live: LiveStack, tmp_path: Path
 ) -> None:
-    await start_process_stack(live)
+    await start_process_stack(live, metrics=True)
     low = process_job("low", "best-effort", "--steps", "40", "--step-s", "0.25")
     await stack.submit([low], live.settings)
     await wait_log(live, has("JobStarted", "job-low"))
@@ -104,6 +104,16 @@ async def test_a_high_priority_job_evicts_a_checkpointing_victim_which_resumes_l
     second = json.loads((folder / "attempt-1.json").read_text())
     assert not first["resume"] and second["resume"] and second["from_step"] > 0
     assert json.loads((folder / "done.json").read_text()) == {"step": 40, "attempt": 1}
+    # The preemption's steps, as each service's Prometheus counters tell them.
+    asked = live.scrape("placement-1")[("tessera_placement_events_total", (("type", "PreemptionRequested"),))]
+    assert asked == 1
+    carried = live.scrape("preemption")
+    for kind in ("EvictionStarted", "JobPreempted"):
+        assert carried[("tessera_preemption_events_total", (("type", kind),))] == 1
+    agent = live.scrape("agent")
+    assert agent[("tessera_agent_tasks_started_total", ())] == 3  # low, high, low again
+    assert agent[("tessera_agent_task_ends_total", (("type", "TaskStopped"),))] == 1
+    assert agent[("tessera_agent_task_ends_total", (("type", "JobFinished"),))] == 2
 
 
 async def test_a_victim_that_ignores_sigterm_is_killed_after_its_grace(live: LiveStack) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from schemas import JobSpec
 from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, TaskBinding
@@ -66,10 +67,20 @@ async def test_a_task_end_is_retried_through_store_outages_until_it_is_recorded(
     store = Flaky(failures=3)
     await _running_job(store)
     agent = await _agent(store, tmp_path)
+    retries = _sample("tessera_store_retries_total")
+    ends = _sample("tessera_agent_task_ends_total", "JobFinished")
     await agent._report(TaskEnd("j", 0, 0))
     await catch_up(agent.view, store)
     assert agent.view.jobs["j"].state == "finished" and store.failures == 0
     assert agent.outbox.pending() == []
+    # What an operator's Prometheus sees: three waits on the store, one end recorded.
+    assert _sample("tessera_store_retries_total") - retries == 3
+    assert _sample("tessera_agent_task_ends_total", "JobFinished") - ends == 1
+
+
+def _sample(name: str, kind: str | None = None) -> float:
+    value = REGISTRY.get_sample_value(name, {"type": kind} if kind else {})
+    return value or 0.0
 
 
 async def test_an_end_not_yet_recorded_is_found_and_reported_by_the_next_agent(tmp_path: Path) -> None:
