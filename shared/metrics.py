@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
 from shared.settings import Settings
 
@@ -66,6 +66,7 @@ def serve(settings: Settings) -> int | None:
     already taken is logged and skipped: metrics are worth less than the service."""
     if not settings.metrics_port:
         return None
+    disable_created_metrics()  # a ``_created`` twin per series says nothing a restart does not
     try:
         start_http_server(settings.metrics_port, addr=settings.metrics_addr)
     except OSError as exc:

@@ -242,7 +242,7 @@ def up(
         env, served = os.environ.copy(), ""
         if metrics_port:
             env["TESSERA_METRICS_PORT"] = str(metrics_port + i)
-            served = f"  metrics http://{Settings().metrics_addr}:{metrics_port + i}/metrics"
+            served = f"  metrics :{metrics_port + i}"
         pids[name] = stack.start(name, argv, env)
         console.print(f"{name:<12} pid {pids[name]}  log .local/logs/{name}.log{served}")
     deadline = time.monotonic() + 90
