@@ -144,8 +144,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 async def ensure_database(url: str) -> str | None:
     """Create the database ``url`` names if its server answers without it; returns its name if
     it was created.  Only on a loopback server (the one ``tessera infra`` runs): elsewhere a
-    missing database is more likely a typo in ``DATABASE_URL`` than a wish, and the services
-    report it."""
+    missing database is more likely a typo in ``DATABASE_URL`` than a wish, and its error goes
+    to the caller."""
     try:
         conn = await asyncpg.connect(url)
     except asyncpg.InvalidCatalogNameError:
@@ -155,7 +155,8 @@ async def ensure_database(url: str) -> str | None:
             raise
         admin = await asyncpg.connect(urllib.parse.urlunsplit(parts._replace(path="/postgres")))
         try:
-            await admin.execute(f'CREATE DATABASE "{name}"')
+            quoted = name.replace('"', '""')  # an identifier, quoted as PostgreSQL quotes one
+            await admin.execute(f'CREATE DATABASE "{quoted}"')
         finally:
             await admin.close()
         return name
