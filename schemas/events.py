@@ -104,6 +104,16 @@ class JobCancelled(_Event):
     reason: str = ""
 
 
+class CancelRequested(_Event):
+    """A cancel of a job that holds resources: its tasks are stopped as an eviction stops them
+    (``EvictionStarted``, the agents' ``TaskStopped``), and only then does ``JobCancelled`` give
+    its room back, so no new job starts beside a process that is still stopping."""
+
+    type: Literal["CancelRequested"] = "CancelRequested"
+    job_id: JobId
+    reason: str = ""
+
+
 class PreemptionRequested(_Event):
     """The victim ``job_id`` is to stop for ``by_job``; it may checkpoint within ``grace_s``."""
 
@@ -304,6 +314,7 @@ Event = Annotated[
     | JobFinished
     | JobFailed
     | JobCancelled
+    | CancelRequested
     | PreemptionRequested
     | JobGrowRequested
     | JobReserved

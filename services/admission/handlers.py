@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import JobAdmitted, JobCancelled, JobRejected
+from schemas.events import CancelRequested, JobAdmitted, JobCancelled, JobRejected
 from schemas.job import JobSpec
 from shared.core.cluster import ClusterState
 from shared.core.queues import DIMENSIONS, QueueTree, demand_of
 from shared.core.registry import default_filters
 from shared.core.task import TaskShape
 from shared.eventstore import ANY_VERSION, NO_STREAM, NewEvent
-from shared.state.fold import TERMINAL, JobState
+from shared.state.fold import ACTIVE, TERMINAL, JobState
 from shared.state.honoured import unhonoured
 from shared.state.wire import job_stream, task_shape
 
@@ -163,6 +163,13 @@ def cancel(job: tuple[JobState, int] | None, job_id: str, reason: str) -> Outcom
     state, version = job
     if state in TERMINAL:
         return Outcome([], {}, "ignored")
+    if state in ACTIVE:
+        # Its processes may still run: they are stopped first (the preemption service's
+        # eviction), and JobCancelled then gives the room back (``CancelRequested``).
+        asked = CancelRequested(job_id=job_id, reason=reason)
+        stream = job_stream(job_id)
+        data = asked.model_dump(mode="json", by_alias=True)
+        return Outcome([NewEvent(stream, asked.type, data)], {stream: version}, "cancelling")
     event = JobCancelled(job_id=job_id, reason=reason)
     stream = job_stream(job_id)
     data = event.model_dump(mode="json", by_alias=True)

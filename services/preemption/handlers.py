@@ -20,10 +20,14 @@ read, so two instances (or a restarted one replaying the log) never take a step 
    ``resize_to`` above the job's size, then ``JobResized`` on its bindings plus the added ones
    (those up to the first on a node no longer schedulable); abandoned if an added node is
    cordoned or NotReady before the eviction starts.
-5. **An eviction's end**: once every task of the attempt has stopped (``TaskStopped`` from the
+5. **A cancel** of a job that holds resources (``CancelRequested``, from admission): the same
+   eviction of every task (``by_job`` empty, a checkpointable job gets the grace), whatever else
+   was asked of the job meanwhile.
+6. **An eviction's end**: once every task of the attempt has stopped (``TaskStopped`` from the
    agents), or the deadline plus ``stop_report_s`` has passed and the tasks not reported are on
    NotReady nodes (nobody is left to report them) -> ``JobPreempted{checkpointed, work_lost_s}``:
-   the job is pending again with attempt + 1.
+   the job is pending again with attempt + 1; or, for a job being cancelled, ``JobCancelled``,
+   which frees its room only now that its processes have stopped.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 from schemas.events import (
     EvictionStarted,
+    JobCancelled,
     JobPreempted,
     JobResized,
     NodeDrained,
@@ -151,6 +156,7 @@ class Watch:
             and active
             and (
                 record.status.evicting
+                or record.cancelling is not None
                 or (record.status.phase == Phase.PREEMPTING and record.request is not None)
             )
         )
@@ -187,6 +193,10 @@ def decide(
             finished = finish(view, record, now, knobs)
             if finished is not None:
                 steps.append(finished)
+        elif record.cancelling is not None:
+            grace = knobs.grace_s if record.spec.checkpointable else 0.0
+            reason = f"cancelled: {record.cancelling}" if record.cancelling else "cancelled"
+            steps.append(evict(record, now, grace, reason, "", knobs.signal))
         else:
             steps.append(answer_request(view, record, now, knobs))
     for node in watch.nodes_to_check(view, now):
@@ -289,6 +299,11 @@ def finish(view: ClusterView, record: JobRecord, now: float, knobs: Knobs) -> St
     reason = str(eviction.get("reason", ""))
     if unreported:
         reason += f"; {len(unreported)} task(s) on NotReady nodes counted as lost"
+    if record.cancelling is not None:
+        # Whatever the eviction was for (a cancel, or a preemption or resize the cancel came
+        # after), the job ends here: its tasks have stopped, so its room can be given back.
+        cancelled = JobCancelled(job_id=record.spec.id, reason=record.cancelling)
+        return _on_job(record, cancelled, f"{record.spec.id} cancelled (its tasks stopped)")
     resized = _resized(view, record, checkpointed, max(lost, default=0.0), reason)
     if resized is not None:
         return resized

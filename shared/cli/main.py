@@ -313,6 +313,30 @@ def submit(
             raise typer.Exit(1)
 
 
+@app.command()
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="ids of the jobs to cancel")],
+    reason: Annotated[str, typer.Option(help="recorded with the JobCancelled event")] = "",
+    wait: Annotated[float, typer.Option(help="seconds to wait until each job has ended (0: no wait)")] = 30.0,
+) -> None:
+    """Cancel jobs: a waiting one never starts; a running one's processes get SIGTERM (SIGKILL
+    10 s later) and its resources go back to the pool.  A job that has ended already stays as
+    it ended."""
+    from schemas import CancelJob
+    from shared.cli import stack
+
+    for job in job_ids:
+        run_reaching(stack.send_command(CancelJob(job_id=job, reason=reason)), f"cancelling {job}", console)
+        console.print(f"cancel of {job} sent")
+    if not wait:
+        return
+    states = run_reaching(stack.wait_for(job_ids, wait), "following the jobs", console)
+    for job, state in states.items():
+        console.print(f"{job}: {state}")
+    if any(state not in ("cancelled", "finished", "failed") for state in states.values()):
+        raise typer.Exit(1)
+
+
 def _node_command(node: str, drain: bool, reason: str, wait: float) -> None:
     import time
 

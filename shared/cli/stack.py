@@ -20,7 +20,7 @@ from pathlib import Path
 import asyncpg
 import yaml
 
-from schemas import ApplyQueues, DrainNode, JobSpec, SubmitJob, UncordonNode
+from schemas import ApplyQueues, CancelJob, DrainNode, JobSpec, SubmitJob, UncordonNode
 from schemas.queues import QueueTreeSpec
 from shared.bus import BusProducer
 from shared.eventstore.postgres import PostgresEventStore
@@ -240,12 +240,17 @@ async def submit(
     return sent
 
 
-async def send_command(command: DrainNode | UncordonNode, settings: Settings | None = None) -> None:
-    """Produce a node command (admission turns it into ``NodeCordoned`` / ``NodeUncordoned``)."""
+async def send_command(
+    command: DrainNode | UncordonNode | CancelJob, settings: Settings | None = None
+) -> None:
+    """Produce a node command (admission turns it into ``NodeCordoned`` / ``NodeUncordoned``) or
+    a cancel (``JobCancelled``).  A cancel is keyed by its job, as the job's submission is, so
+    both land on one partition and admission sees them in the order they were produced."""
     settings = settings or Settings()
     await service_topics(settings, settings.cli_reach_s)
+    key = command.job_id if isinstance(command, CancelJob) else f"node-{command.node}"
     async with BusProducer(settings.kafka_bootstrap_servers, client_id="tessera-cli") as producer:
-        await producer.send_model(settings.topics.submissions, command, key=f"node-{command.node}")
+        await producer.send_model(settings.topics.submissions, command, key=key)
 
 
 async def apply_queues(tree: QueueTreeSpec, settings: Settings | None = None) -> None:

@@ -33,6 +33,10 @@ simulator all call it, so they can never disagree about what a log means.
   room at once): ``EvictionStarted`` with ``resize_to`` above the job's size stops every task,
   and ``JobResized`` restarts the job on its bindings plus the added ones (attempt + 1);
   ``PreemptionAbandoned`` before the eviction gives the added room back and the job runs on.
+* A cancel of a job that holds resources comes as ``CancelRequested`` (no phase change): the
+  preemption service stops its tasks with the eviction above, and ends it with ``JobCancelled``
+  instead of ``JobPreempted``, so its room is given back only once its processes have stopped.
+  A waiting job is cancelled at once.
 * Events that do not apply to the phase (a second ``JobPlaced``, a start after the end, a
   cancel of an ended job) leave the status unchanged: the log is the truth, and a late or
   duplicate fact is harmless.

@@ -72,6 +72,7 @@ class JobRecord:
     resume: bool = False  # the last attempt ended checkpointed: the next one resumes from it
     kept_s: float = 0.0  # run time kept in checkpoints across attempts (simulated agents resume there)
     growing: list[TaskBinding] = field(default_factory=list)  # room a grow in flight took (JobGrowRequested)
+    cancelling: str | None = None  # a CancelRequested's reason: stopping, then JobCancelled
 
     @property
     def state(self) -> JobState:
@@ -83,7 +84,9 @@ class JobRecord:
 
     @property
     def activity(self) -> str:
-        """The state as an operator reads it: a resize in flight says which way and to what."""
+        """The state as an operator reads it: a cancel or a resize in flight says so."""
+        if self.cancelling is not None and self.status.active:
+            return "cancelling"
         if self.status.phase != Phase.PREEMPTING:
             return self.state
         request = self.eviction or self.request or {}
@@ -311,6 +314,10 @@ class ClusterView:
         if kind == "ReservationReleased":
             record.reservation = None
             record.backoff_until = float(data.get("backoff_until", 0.0))
+            return
+        if kind == "CancelRequested":
+            if after.active:
+                record.cancelling = str(data.get("reason", ""))
             return
         if after is before:
             return
@@ -565,6 +572,7 @@ def to_snapshot(view: ClusterView) -> dict[str, Any]:
                 "resume": r.resume,
                 "kept_s": r.kept_s,
                 "growing": [b.model_dump(mode="json") for b in r.growing],
+                "cancelling": r.cancelling,
             }
             for job_id, r in view.jobs.items()
         },
@@ -640,6 +648,7 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
             resume=bool(raw["resume"]),
             kept_s=float(raw["kept_s"]),
             growing=[TaskBinding.model_validate(b) for b in raw.get("growing", ())],
+            cancelling=raw.get("cancelling"),
         )
         view.jobs[job_id] = record
         view._index(job_id, record.state)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.live_stack import LiveStack, log_of
-from schemas import DrainNode, JobSpec, UncordonNode
+from schemas import CancelJob, DrainNode, JobSpec, UncordonNode
 from shared.cli import stack
 from shared.eventstore.port import RecordedEvent
 
@@ -355,3 +355,43 @@ async def test_a_drain_evicts_requeues_and_ends_with_node_drained_then_uncordon(
     placed_k = next(e for e in events if e.stream == "job-k" and e.type == "JobPlaced")
     assert placed_k.data["bindings"][0]["node"] == busy
     assert Counter(kinds(events, f"node-{busy}"))["NodeUncordoned"] == 1
+
+
+def _running(marker: str) -> bool:
+    """Whether a process whose command line contains ``marker`` runs on this machine."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+async def test_a_cancelled_job_gives_its_room_back_only_once_its_process_has_stopped(live: LiveStack) -> None:
+    """``tessera cancel`` of a running job whose process ignores SIGTERM: the job waiting for
+    the same room is placed only after the process was killed at the end of its grace, never
+    beside it (before, ``JobCancelled`` freed the room at once and the next job started while
+    the old process still ran for up to ten seconds)."""
+    await start_process_stack(live)
+    marker = "--steps 4000 --step-s 0.25"
+    stubborn = process_job("stubborn", "normal", *marker.split(), "--ignore-sigterm")
+    await stack.submit([stubborn], live.settings)
+    await wait_log(live, has("JobStarted", "job-stubborn"))
+    await stack.submit([process_job("next", "normal", "--steps", "2")], live.settings)  # no room: waits
+    await asyncio.sleep(1.0)
+    await stack.send_command(CancelJob(job_id="stubborn", reason="no longer needed"), live.settings)
+    states = await live.wait_terminal(["stubborn", "next"], timeout=90)
+    assert states == {"stubborn": "cancelled", "next": "finished"}
+    events = await log_of(live.settings.database_url)
+    ended = ["CancelRequested", "EvictionStarted", "TaskStopped", "JobCancelled"]
+    assert kinds(events, "job-stubborn")[-4:] == ended
+    at = {e.type: e for e in events if e.stream == "job-stubborn"}
+    assert at["TaskStopped"].data["killed"] and at["EvictionStarted"].data["grace_s"] == 6.0
+    next_placed = next(e for e in events if e.stream == "job-next" and e.type == "JobPlaced")
+    # The room came back when the task had stopped (as in an eviction, each stopped task frees
+    # its own), after the grace the stubborn process was given (it ignored SIGTERM; killed).
+    assert at["TaskStopped"].position < next_placed.position
+    waited = (next_placed.recorded_at - at["EvictionStarted"].recorded_at).total_seconds()
+    assert waited >= 5.5, waited
+    assert not _running(marker), "the cancelled job's process outlived its cancel"

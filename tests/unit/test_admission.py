@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas import JobSpec
 from schemas.commands import CancelJob, SubmitJob
-from schemas.events import JobAdmitted, NodeRegistered
+from schemas.events import JobAdmitted, JobPlaced, NodeRegistered, TaskBinding
 from schemas.node import GpuDevice, NodeInventory
 from services.admission.batch import Admission
 from services.admission.handlers import QueueRights
@@ -288,3 +288,22 @@ async def test_a_stop_during_an_outage_ends_the_wait_with_nothing_written() -> N
     stop.set()
     assert await asyncio.wait_for(decided, 2.0) is None  # the caller commits nothing: it comes again
     assert await kinds(store) == []
+
+
+async def test_a_cancel_of_a_placed_job_asks_for_its_stop_and_does_not_end_it_yet() -> None:
+    """Its processes may still run: ``CancelRequested``, and the preemption service stops them
+    before ``JobCancelled`` gives the room back (a second job must not start beside them)."""
+    store = InMemoryEventStore()
+    await with_nodes(store)
+    admission = Admission(store, QUEUES)
+    assert await admission.decide([SubmitJob(spec=spec("j1"))]) == ["admitted"]
+    placed = JobPlaced(
+        job_id="j1",
+        bindings=[TaskBinding(task=0, node="a", gpus=[0], gpu_milli=1000, cpu_milli=2000, memory_mib=0)],
+        policy="tessera",
+        node_versions={},
+    )
+    await store.append([NewEvent("job-j1", placed.type, placed.model_dump(mode="json"))], {"job-j1": 1})
+    assert await admission.decide([CancelJob(job_id="j1", reason="not needed")]) == ["cancelling"]
+    kinds_now = await kinds(store)
+    assert kinds_now[-1] == ("job-j1", "CancelRequested") and ("job-j1", "JobCancelled") not in kinds_now

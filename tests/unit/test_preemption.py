@@ -10,6 +10,7 @@ from typing import Any
 
 from schemas import JobSpec
 from schemas.events import (
+    CancelRequested,
     JobAdmitted,
     JobFinished,
     JobPlaced,
@@ -538,3 +539,61 @@ def test_a_kept_snapshot_builder_sees_every_change_a_fresh_one_sees() -> None:
     log.take(decide(log.view, T0 + 102, _heard(log, T0 + 102), KNOBS))
     same()
     assert [r.job.id for r in build_snapshot(log.view, log.clock).running] == ["el"]  # type: ignore[union-attr]
+
+
+def test_a_cancel_of_a_running_job_stops_its_tasks_before_its_room_is_given_back() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "job", "a")
+    log.add("job-job", CancelRequested(job_id="job", reason="not needed"))
+    job = log.view.jobs["job"]
+    assert job.state == "running" and job.cancelling == "not needed" and job.activity == "cancelling"
+    assert log.view.cluster is not None and log.view.cluster.gpu_free[0].sum() == 0  # still held
+    assert from_snapshot(to_snapshot(log.view)).jobs["job"].cancelling == "not needed"  # a restart keeps it
+    steps = decide(log.view, T0, _heard(log, T0), KNOBS)
+    assert _types(steps) == ["EvictionStarted"]
+    started = steps[0].events[0].data
+    assert started["reason"] == "cancelled: not needed" and started["by_job"] == ""
+    assert started["grace_s"] == 20  # a checkpointable job saves its work, as in a drain
+    log.take(steps)
+    assert decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS) == []  # until its task has stopped
+    log.add("job-job", TaskStopped(job_id="job", node="a", checkpointed=True, ran_s=30.0))
+    steps = decide(log.view, T0 + 2, _heard(log, T0 + 2), KNOBS)
+    assert _types(steps) == ["JobCancelled"]
+    log.take(steps)
+    assert log.view.jobs["job"].state == "cancelled"
+    assert log.view.cluster.gpu_free[0].sum() == 2000
+    assert decide(log.view, T0 + 3, _heard(log, T0 + 3), KNOBS) == []
+
+
+def test_a_job_cancelled_while_it_is_being_preempted_ends_cancelled_not_requeued() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "victim", "a")
+    _admit_high(log, gpus=2)
+    log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=20, reason="priority"))
+    log.take(decide(log.view, T0, _heard(log, T0), KNOBS))  # EvictionStarted
+    log.add("job-victim", CancelRequested(job_id="victim"))
+    assert decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS) == []  # one eviction, not two
+    log.add("job-victim", TaskStopped(job_id="victim", node="a", checkpointed=True, ran_s=700.0))
+    steps = decide(log.view, T0 + 2, _heard(log, T0 + 2), KNOBS)
+    assert _types(steps) == ["JobCancelled"]
+    log.take(steps)
+    assert log.view.jobs["victim"].state == "cancelled"
+
+
+def test_a_cancel_of_a_job_on_a_lost_node_ends_once_its_task_is_counted_lost() -> None:
+    log = Log()
+    _cluster(log)
+    _run(log, "job", "a", checkpointable=False)
+    log.add("job-job", CancelRequested(job_id="job"))
+    log.take(decide(log.view, T0, _heard(log, T0), KNOBS))  # EvictionStarted, deadline T0
+    heard = {"a": T0 - 100.0, "b": T0 + 50}  # node a's agent is gone
+    steps = decide(log.view, T0 + 50, heard, KNOBS)
+    assert "NodeNotReady" in _types(steps) and "JobCancelled" not in _types(steps)
+    log.take(steps)
+    steps = decide(log.view, T0 + 50 + KNOBS.stop_report_s, heard, KNOBS)
+    assert "JobCancelled" in _types(steps)
+    log.take(steps)
+    assert log.view.jobs["job"].state == "cancelled"
+    assert log.view.cluster is not None and log.view.cluster.gpu_free[0].sum() == 2000
