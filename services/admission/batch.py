@@ -176,7 +176,9 @@ class Admission:
         stream = job_stream(command.job_id)
         for _ in range(ATTEMPTS):
             found = await self.store.read_streams([stream])
-            outcome = cancel(job_state(found.get(stream, [])), command.job_id, command.reason)
+            events = found.get(stream, [])
+            asked = any(e.type == "CancelRequested" for e in events)
+            outcome = cancel(job_state(events), command.job_id, command.reason, asked)
             try:
                 if outcome.events:
                     await self.store.append(outcome.events, outcome.expected)

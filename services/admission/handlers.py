@@ -156,20 +156,23 @@ def admit(
     )
 
 
-def cancel(job: tuple[JobState, int] | None, job_id: str, reason: str) -> Outcome:
-    """``job``: the job's state and stream version (``shared.state.fold.job_state``), if admitted."""
+def cancel(job: tuple[JobState, int] | None, job_id: str, reason: str, asked: bool = False) -> Outcome:
+    """``job``: the job's state and stream version (``shared.state.fold.job_state``), if admitted;
+    ``asked``: its stream holds a ``CancelRequested`` already (its tasks are being stopped)."""
     if job is None:
         return rejected(job_id, "invalid", f"cannot cancel unknown job {job_id!r}")
     state, version = job
     if state in TERMINAL:
         return Outcome([], {}, "ignored")
     if state in ACTIVE:
+        if asked:
+            return Outcome([], {}, "ignored")  # already being stopped, to end cancelled
         # Its processes may still run: they are stopped first (the preemption service's
         # eviction), and JobCancelled then gives the room back (``CancelRequested``).
-        asked = CancelRequested(job_id=job_id, reason=reason)
+        request = CancelRequested(job_id=job_id, reason=reason)
         stream = job_stream(job_id)
-        data = asked.model_dump(mode="json", by_alias=True)
-        return Outcome([NewEvent(stream, asked.type, data)], {stream: version}, "cancelling")
+        data = request.model_dump(mode="json", by_alias=True)
+        return Outcome([NewEvent(stream, request.type, data)], {stream: version}, "cancelling")
     event = JobCancelled(job_id=job_id, reason=reason)
     stream = job_stream(job_id)
     data = event.model_dump(mode="json", by_alias=True)

@@ -305,5 +305,7 @@ async def test_a_cancel_of_a_placed_job_asks_for_its_stop_and_does_not_end_it_ye
     )
     await store.append([NewEvent("job-j1", placed.type, placed.model_dump(mode="json"))], {"job-j1": 1})
     assert await admission.decide([CancelJob(job_id="j1", reason="not needed")]) == ["cancelling"]
+    assert await admission.decide([CancelJob(job_id="j1")]) == ["ignored"]  # asked once is enough
     kinds_now = await kinds(store)
     assert kinds_now[-1] == ("job-j1", "CancelRequested") and ("job-j1", "JobCancelled") not in kinds_now
+    assert kinds_now.count(("job-j1", "CancelRequested")) == 1
