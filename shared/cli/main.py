@@ -225,8 +225,17 @@ def up(
     from shared.settings import Settings
     from shared.state import readiness
 
-    infra_up()
-    url = Settings().database_url
+    settings = Settings()
+    named = {
+        "postgres.sh": f"PostgreSQL at {where_postgres(settings.database_url)}",
+        "kafka.sh": f"Kafka at {settings.kafka_bootstrap_servers}",
+    }
+    for script, own in stack.own_servers(settings).items():
+        if not own:  # someone else's server: reached, never started or stopped from here
+            console.print(f"using {named[script]} (not the project's own: not started here)")
+        elif _infra(script, "up") != 0:
+            raise typer.Exit(1)
+    url = settings.database_url
     try:
         created = asyncio.run(stack.ensure_database(url))
     except Exception as exc:  # refused, wrong password, a missing database elsewhere

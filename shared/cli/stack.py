@@ -141,6 +141,20 @@ def last_error(name: str) -> str:
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+def own_servers(settings: Settings) -> dict[str, bool]:
+    """Per infra script (``postgres.sh``, ``kafka.sh``): whether the settings name the server it
+    runs (a loopback address at the script's port, ``TESSERA_PG_PORT`` / ``TESSERA_KAFKA_PORT``).
+    A server elsewhere is someone else's: ``tessera up`` does not start one for it."""
+    pg = urllib.parse.urlsplit(settings.database_url)
+    kafka = urllib.parse.urlsplit("//" + settings.kafka_bootstrap_servers.split(",")[0].strip())
+    return {
+        "postgres.sh": pg.hostname in LOOPBACK
+        and (pg.port or 5432) == int(os.environ.get("TESSERA_PG_PORT", "15432")),
+        "kafka.sh": kafka.hostname in LOOPBACK
+        and (kafka.port or 9092) == int(os.environ.get("TESSERA_KAFKA_PORT", "19092")),
+    }
+
+
 async def ensure_database(url: str) -> str | None:
     """Create the database ``url`` names if its server answers without it; returns its name if
     it was created.  Only on a loopback server (the one ``tessera infra`` runs): elsewhere a

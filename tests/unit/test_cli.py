@@ -209,3 +209,19 @@ def test_a_service_that_exits_is_seen_at_once_with_the_last_line_of_its_log(
     finally:
         slow.kill()
         slow.wait()
+
+
+def test_up_starts_only_the_servers_that_are_the_projects_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.settings import Settings
+
+    for var in ("TESSERA_PG_PORT", "TESSERA_KAFKA_PORT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS"):
+        monkeypatch.delenv(var, raising=False)
+    assert stack.own_servers(Settings()) == {"postgres.sh": True, "kafka.sh": True}  # the defaults
+    elsewhere = Settings(
+        DATABASE_URL="postgresql://u@db.example:5432/t", KAFKA_BOOTSTRAP_SERVERS="10.0.0.5:9092"
+    )
+    assert stack.own_servers(elsewhere) == {"postgres.sh": False, "kafka.sh": False}
+    other_port = Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:9092,127.0.0.1:9093")
+    assert stack.own_servers(other_port) == {"postgres.sh": True, "kafka.sh": False}
+    monkeypatch.setenv("TESSERA_PG_PORT", "25432")  # the script would run it on another port
+    assert not stack.own_servers(Settings())["postgres.sh"]
