@@ -11,17 +11,21 @@ fault strikes:
   seconds, then restarted (only on the project's own servers, ``infra/``).
 
 A chunk is counted as submitted once Kafka acknowledged all of it (a chunk cut off by a Kafka
-crash is sent again whole; admission ignores the twins).  When the time is up every job must
-end, and the log must show: each job admitted once and placed once, no task started or ended
-twice, none started and never ended, no service exited but those killed, and a replay of the
-whole log (the cluster model refuses any over-commit) that takes no GPU twice and ends with
-every GPU free.
+crash is sent again whole; admission ignores the twins).  A seeded ``--cancel-share`` of the
+jobs is cancelled 0.5-5 s after it was submitted: some still wait, most run, a few have ended
+(a cancel is sent again while Kafka is down).  When the time is up every job must end, and
+the log must show: each job admitted once and placed once (a cancelled one at most once), no
+task started or ended twice, none started and never ended (a stop is an end), no service
+exited but those killed, and a replay of the whole log (the cluster model refuses any
+over-commit) that takes no GPU twice and ends with every GPU free.
 
-Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``rejected``, ``lost``, ``admitted_not_once``,
+Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``cancelled``, ``rejected``, ``lost``,
+``admitted_not_once``,
 ``placed_not_once``, ``tasks_started_twice``, ``tasks_ended_twice``, ``tasks_never_ended``,
 ``replay_error``, ``services_exited``.  Exit status 1 if any of them is not 0.
 
     .venv/bin/python loadtests/chaos.py [--seconds 120] [--rate 10] [--seed 1] [--servers]
+                                        [--cancel-share 0.05]
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from loadtests.live_stack import TRACES, LiveStack, delivery_faults, log_of, trace_specs
-from schemas import JobSpec
+from schemas import CancelJob, JobSpec
 from shared.cli import stack
 from shared.settings import Settings
 from shared.state.fold import TERMINAL, ClusterView
@@ -69,6 +73,8 @@ class Run:
     faults: list[Fault] = field(default_factory=list)
     submitted: list[JobSpec] = field(default_factory=list)
     resent_chunks: int = 0
+    cancels: list[str] = field(default_factory=list)  # jobs a cancel was sent for
+    submitting: bool = True
 
 
 async def submit(live: LiveStack, jobs: list[JobSpec], rate: float, run: Run) -> None:
@@ -86,6 +92,31 @@ async def submit(live: LiveStack, jobs: list[JobSpec], rate: float, run: Run) ->
                 await asyncio.sleep(1.0)
         run.submitted += part
         await asyncio.sleep(max(0.0, began + start / rate + 1.0 - time.monotonic()))
+    run.submitting = False
+
+
+async def cancel(live: LiveStack, share: float, seed: int, run: Run) -> None:
+    """Cancel a seeded ``share`` of the submitted jobs, each 0.5-5 s after it was submitted."""
+    rng = np.random.default_rng([seed, 3])
+    seen = 0
+    pending: list[tuple[float, str]] = []  # (when to send, job)
+    while run.submitting or seen < len(run.submitted) or pending:
+        now = time.monotonic()
+        for spec in run.submitted[seen:]:
+            if rng.random() < share:
+                pending.append((now + float(rng.uniform(0.5, 5.0)), spec.id))
+        seen = len(run.submitted)
+        due = [job_id for at, job_id in pending if at <= now]
+        pending = [(at, job_id) for at, job_id in pending if at > now]
+        for job_id in due:
+            while True:
+                try:
+                    await stack.send_command(CancelJob(job_id=job_id, reason="chaos"), live.settings)
+                    break
+                except Exception:  # Kafka is down: not sent yet
+                    await asyncio.sleep(1.0)
+            run.cancels.append(job_id)
+        await asyncio.sleep(0.2)
 
 
 async def strike(live: LiveStack, rng: np.random.Generator, servers: bool, began: float, run: Run) -> None:
@@ -140,6 +171,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
             await asyncio.gather(
                 submit(live, jobs, args.rate, run),
                 chaos(live, args.seconds, args.seed, servers, run, progress),
+                cancel(live, args.cancel_share, args.seed, run),
             )
         ids = [j.id for j in run.submitted]
         with console.status(f"waiting for {len(ids)} jobs to end"):
@@ -160,6 +192,8 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
             "fault_list": [(round(f.at_s, 1), f.what, round(f.down_s, 1)) for f in run.faults],
             "jobs": len(ids),
             "finished": outcome.get("finished", 0),
+            "cancels_sent": len(run.cancels),
+            "cancelled": outcome.get("cancelled", 0),
             # Rejected is an answer (a pod too large for the 60 nodes is ``impossible``); lost
             # is a job accepted by Kafka that never reached an end.
             "rejected": sum(n for state, n in outcome.items() if state.startswith("rejected")),
@@ -169,7 +203,11 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
                 if state not in TERMINAL and not state.startswith("rejected")
             ),
             "states": dict(outcome),
-            **{k: v for k, v in delivery_faults(events, ids).items() if k != "tasks_started"},
+            **{
+                k: v
+                for k, v in delivery_faults(events, ids, may_be_unplaced=run.cancels).items()
+                if k != "tasks_started"
+            },
             "replay_error": replay_error,
             "services_exited": len(exited),
             "resent_chunks": run.resent_chunks,
@@ -195,6 +233,9 @@ def main() -> None:
     parser.add_argument(
         "--drain-s", type=float, default=300.0, help="how long the jobs may take to end after"
     )
+    parser.add_argument(
+        "--cancel-share", type=float, default=0.05, help="share of the jobs cancelled soon after submission"
+    )
     args = parser.parse_args()
     console = Console(width=120)
     r = asyncio.run(main_async(args, console))
@@ -216,7 +257,7 @@ def main() -> None:
         "tasks_never_ended",
         "services_exited",
     ]
-    for key in ("finished", "rejected", *bad, "replay_error", "resent_chunks"):
+    for key in ("finished", "cancels_sent", "cancelled", "rejected", *bad, "replay_error", "resent_chunks"):
         checks.add_row(key, str(r[key]) or "none")
     console.print(checks)
     print(json.dumps(r))

@@ -49,3 +49,18 @@ def test_each_kind_of_fault_is_counted() -> None:
     assert faults["admitted_not_once"] == 2 and faults["placed_not_once"] == 2
     assert faults["tasks_started_twice"] == 1 and faults["tasks_ended_twice"] == 1
     assert faults["tasks_never_ended"] == 1 and faults["tasks_ended_unstarted"] == 1
+
+
+def test_a_stopped_task_has_ended_and_a_job_cancelled_while_waiting_need_not_be_placed() -> None:
+    log = _log(
+        ("job-a", "JobAdmitted"),
+        ("job-a", "JobPlaced"),
+        ("task-a-0-0", "JobStarted"),
+        ("task-a-0-0", "TaskStopped"),  # cancelled (or evicted) while it ran: its end
+        ("job-a", "JobCancelled"),
+        ("job-b", "JobAdmitted"),
+        ("job-b", "JobCancelled"),  # cancelled while it waited: never placed
+    )
+    faults = delivery_faults(log, ["a", "b"], may_be_unplaced={"a", "b"})
+    assert faults["placed_not_once"] == 0 and faults["tasks_never_ended"] == 0
+    assert delivery_faults(log, ["a", "b"])["placed_not_once"] == 1  # b, unless it may be unplaced
