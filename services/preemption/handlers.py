@@ -194,9 +194,8 @@ def decide(
             if finished is not None:
                 steps.append(finished)
         elif record.cancelling is not None:
-            grace = knobs.grace_s if record.spec.checkpointable else 0.0
             reason = f"cancelled: {record.cancelling}" if record.cancelling else "cancelled"
-            steps.append(evict(record, now, grace, reason, "", knobs.signal))
+            steps.append(evict(record, now, _own_grace(record, knobs), reason, "", knobs.signal))
         else:
             steps.append(answer_request(view, record, now, knobs))
     for node in watch.nodes_to_check(view, now):
@@ -226,14 +225,19 @@ def decide(
                 record = view.jobs[job_id]
                 if job_id in evicting or not _holds(record, node):
                     continue
-                grace = knobs.grace_s if record.spec.checkpointable else 0.0
-                steps.append(evict(record, now, grace, why, "", knobs.signal))
+                steps.append(evict(record, now, _own_grace(record, knobs), why, "", knobs.signal))
                 evicting.add(job_id)
         if draining and not condition.drained and not holders:
             steps.append(
                 _on_node(view, node, NodeDrained(node=node, reason="no job left"), f"{node} drained")
             )
     return steps
+
+
+def _own_grace(record: JobRecord, knobs: Knobs) -> float:
+    """The grace of an eviction the service starts itself (a drain, a lost node, a cancel): a
+    checkpointable job gets ``grace_s`` to save its work; any other would lose it anyway."""
+    return knobs.grace_s if record.spec.checkpointable else 0.0
 
 
 def _holds(record: JobRecord, node: str) -> bool:

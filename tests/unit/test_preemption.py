@@ -74,12 +74,18 @@ def _types(steps: list[Step]) -> list[str]:
     return [e.type for s in steps for e in s.events]
 
 
-def test_a_requested_preemption_is_evicted_once_stopped_then_requeued_with_its_checkpoint() -> None:
+def _victim_asked() -> Log:
+    """A running checkpointable ``victim`` on node a, asked to leave for ``high`` (2 GPUs, waiting)."""
     log = Log()
     _cluster(log)
     _run(log, "victim", "a")
     _admit_high(log, gpus=2)
     log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=20, reason="priority"))
+    return log
+
+
+def test_a_requested_preemption_is_evicted_once_stopped_then_requeued_with_its_checkpoint() -> None:
+    log = _victim_asked()
     steps = decide(log.view, T0, _heard(log, T0), KNOBS)
     assert _types(steps) == ["EvictionStarted"]
     assert steps[0].events[0].data["deadline"] == T0 + 20
@@ -567,11 +573,7 @@ def test_a_cancel_of_a_running_job_stops_its_tasks_before_its_room_is_given_back
 
 
 def test_a_job_cancelled_while_it_is_being_preempted_ends_cancelled_not_requeued() -> None:
-    log = Log()
-    _cluster(log)
-    _run(log, "victim", "a")
-    _admit_high(log, gpus=2)
-    log.add("job-victim", PreemptionRequested(job_id="victim", by_job="high", grace_s=20, reason="priority"))
+    log = _victim_asked()
     log.take(decide(log.view, T0, _heard(log, T0), KNOBS))  # EvictionStarted
     log.add("job-victim", CancelRequested(job_id="victim"))
     assert decide(log.view, T0 + 1, _heard(log, T0 + 1), KNOBS) == []  # one eviction, not two
