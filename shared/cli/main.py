@@ -328,11 +328,12 @@ def cancel(
     reason: Annotated[str, typer.Option(help="recorded with the JobCancelled event")] = "",
     wait: Annotated[float, typer.Option(help="seconds to wait until each job has ended (0: no wait)")] = 30.0,
 ) -> None:
-    """Cancel jobs: a waiting one never starts; a running one's processes get SIGTERM (SIGKILL
-    10 s later) and its resources go back to the pool.  A job that has ended already stays as
-    it ended."""
+    """Cancel jobs: a waiting one never starts; a running one is stopped as an eviction stops
+    it (SIGTERM, then SIGKILL after `TESSERA_PREEMPT_GRACE_S` if it checkpoints, at once if
+    not), its room given back as its tasks stop.  A job that has ended already stays as it ended."""
     from schemas import CancelJob
     from shared.cli import stack
+    from shared.state.fold import TERMINAL
 
     for job in job_ids:
         run_reaching(stack.send_command(CancelJob(job_id=job, reason=reason)), f"cancelling {job}", console)
@@ -342,7 +343,7 @@ def cancel(
     states = run_reaching(stack.wait_for(job_ids, wait), "following the jobs", console)
     for job, state in states.items():
         console.print(f"{job}: {state}")
-    if any(state not in ("cancelled", "finished", "failed") for state in states.values()):
+    if any(state not in TERMINAL for state in states.values()):
         raise typer.Exit(1)
 
 

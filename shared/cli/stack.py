@@ -258,7 +258,8 @@ async def send_command(
     command: DrainNode | UncordonNode | CancelJob, settings: Settings | None = None
 ) -> None:
     """Produce a node command (admission turns it into ``NodeCordoned`` / ``NodeUncordoned``) or
-    a cancel (``JobCancelled``).  A cancel is keyed by its job, as the job's submission is, so
+    a cancel (``JobCancelled``, or ``CancelRequested`` for a job that holds resources).  A cancel
+    is keyed by its job, as the job's submission is, so
     both land on one partition and admission sees them in the order they were produced."""
     settings = settings or Settings()
     await service_topics(settings, settings.cli_reach_s)
