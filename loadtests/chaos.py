@@ -19,10 +19,10 @@ task started or ended twice, none started and never ended (a stop is an end), no
 exited but those killed, and a replay of the whole log (the cluster model refuses any
 over-commit) that takes no GPU twice and ends with every GPU free.
 
-Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``cancelled``, ``rejected``, ``lost``,
-``admitted_not_once``,
-``placed_not_once``, ``tasks_started_twice``, ``tasks_ended_twice``, ``tasks_never_ended``,
-``replay_error``, ``services_exited``.  Exit status 1 if any of them is not 0.
+Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``cancels_sent``, ``cancelled``,
+``cancelled_running``, ``rejected``, ``lost``, ``admitted_not_once``, ``placed_not_once``,
+``tasks_started_twice``, ``tasks_ended_twice``, ``tasks_never_ended``, ``replay_error``,
+``services_exited``.  Exit status 1 if any from ``lost`` on is not 0 (or a replay failed).
 
     .venv/bin/python loadtests/chaos.py [--seconds 120] [--rate 10] [--seed 1] [--servers]
                                         [--cancel-share 0.05]
@@ -38,10 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,19 +79,26 @@ class Run:
     submitting: bool = True
 
 
+async def _sent(send: Callable[[], Awaitable[object]]) -> int:
+    """``await send()`` until Kafka takes it (while it is down, nothing is accepted: try again
+    every second); how many tries failed."""
+    failed = 0
+    while True:
+        try:
+            await send()
+            return failed
+        except Exception:
+            failed += 1
+            await asyncio.sleep(1.0)
+
+
 async def submit(live: LiveStack, jobs: list[JobSpec], rate: float, run: Run) -> None:
     """Chunks of a second's jobs each second; a chunk Kafka did not take whole is sent again."""
     chunk = max(1, round(rate))
     began = time.monotonic()
     for start in range(0, len(jobs), chunk):
         part = jobs[start : start + chunk]
-        while True:
-            try:
-                await stack.submit(part, live.settings)
-                break
-            except Exception:  # Kafka is down: not accepted yet, so try the whole chunk again
-                run.resent_chunks += 1
-                await asyncio.sleep(1.0)
+        run.resent_chunks += await _sent(functools.partial(stack.submit, part, live.settings))
         run.submitted += part
         await asyncio.sleep(max(0.0, began + start / rate + 1.0 - time.monotonic()))
     run.submitting = False
@@ -109,12 +118,8 @@ async def cancel(live: LiveStack, share: float, seed: int, run: Run) -> None:
         due = [job_id for at, job_id in pending if at <= now]
         pending = [(at, job_id) for at, job_id in pending if at > now]
         for job_id in due:
-            while True:
-                try:
-                    await stack.send_command(CancelJob(job_id=job_id, reason="chaos"), live.settings)
-                    break
-                except Exception:  # Kafka is down: not sent yet
-                    await asyncio.sleep(1.0)
+            command = CancelJob(job_id=job_id, reason="chaos")
+            await _sent(functools.partial(stack.send_command, command, live.settings))
             run.cancels.append(job_id)
         await asyncio.sleep(0.2)
 

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from types import SimpleNamespace
 from typing import Any
 
+from loadtests.live_stack import free_port  # nothing listens there: connecting is refused at once
 from shared.eventstore.relay import Relay
 
 
-def _dead_port() -> int:
-    with socket.socket() as s:  # bound, never listening: connecting is refused at once
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_stop_ends_the_relay_during_an_outage() -> None:
-    store: Any = SimpleNamespace(dsn=f"postgresql://tessera@127.0.0.1:{_dead_port()}/tessera")
+    store: Any = SimpleNamespace(dsn=f"postgresql://tessera@127.0.0.1:{free_port()}/tessera")
     relay = Relay(store, producer=SimpleNamespace())  # type: ignore[arg-type]
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
