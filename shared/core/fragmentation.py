@@ -116,6 +116,7 @@ class FragmentationModel:
         self.t_freq = workload.freq[gpu]
         milli = workload.gpu_milli[gpu]
         self.thresholds, self.t_thr = np.unique(milli, return_inverse=True)
+        self.t_gpu: IntArray = self.thresholds[self.t_thr] * self.t_num  # milli-GPU per task
         access = workload.access(cluster_models)[:, gpu]
         # Row -1 (index len) stands for "no GPU model": nothing GPU-bound can run there.
         self.access = np.vstack([access, np.zeros((1, access.shape[1]), dtype=np.bool_)])
@@ -152,6 +153,16 @@ class FragmentationModel:
         weighted: FloatArray = result + (contrib * self.weights[model_idx]).sum(axis=1)
         return weighted
 
+    def fits(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> IntArray:
+        """(K, T): how many tasks of each typical GPU shape each of K node states could still take,
+        by its GPUs (``floor(free / request)`` per GPU for a share, whole free GPUs for whole-GPU
+        tasks), its CPU and its GPU model (memory is not counted, as everywhere in this module)."""
+        per_gpu = gpu_free[:, :, None] // self.thresholds[None, None, :]
+        k_gpu = per_gpu.sum(axis=1)[:, self.t_thr] // self.t_num[None, :]
+        k_cpu = cpu_free[:, None] // np.maximum(self.t_cpu, 1)[None, :]
+        k: IntArray = np.minimum(k_gpu, k_cpu) * self.access[model_idx]
+        return k
+
     def packing_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
         """Idle milli-GPU left over if the node were filled with tasks of each typical shape.
 
@@ -163,11 +174,7 @@ class FragmentationModel:
         total = gpu_free.sum(axis=1).astype(np.float64)
         if self.t_freq.size == 0:
             return np.zeros_like(total)
-        per_gpu = gpu_free[:, :, None] // self.thresholds[None, None, :]
-        k_gpu = per_gpu.sum(axis=1)[:, self.t_thr] // self.t_num[None, :]
-        k_cpu = cpu_free[:, None] // np.maximum(self.t_cpu, 1)[None, :]
-        k = np.minimum(k_gpu, k_cpu) * self.access[model_idx]
-        usable = k * (self.thresholds[self.t_thr] * self.t_num)[None, :]
+        usable = self.fits(cpu_free, gpu_free, model_idx) * self.t_gpu[None, :]
         if not self.conditional:
             packed: FloatArray = (total[:, None] - usable) @ self.t_freq
             return packed

@@ -37,12 +37,19 @@ but for two reasons FGD's one-task view misses:
    at most 1): the expected share of that GPU the pinned pods will want.  It is in milli-GPU
    like the other terms, so its weight is 1; without pinned shapes it is 0 everywhere.
 
-The score is ``-(dF_fgd + packing_weight * dF_packing + cpu_weight * dS + pressure)`` in milli-GPU,
-banded like
-kube-scheduler's integer scores (``floor(100 * sigmoid(value / band))``).  The banding is
-deliberate: near-equal choices tie, and ties go to the first node in a stable order, which packs
-work onto the same nodes and keeps others whole for large tasks — exact scores spread work and
-lose about four points of allocation on the default trace.  For a shared task the GPU is the one
+5. **Shape scarcity** (``scarcity``, ``shared/core/scarcity.py``).  Popularity says how often a
+   shape comes, not how few places can still hold it: the 8-GPU, 120-core pods of openb fit only
+   the 39 nodes with 128 cores, and shared pods took those nodes on ties (every empty node scored
+   alike) until the large pods failed from about 80% arrived load on.  A placement now also
+   costs, per shape, the slots it destroys times the chance that the shape's remaining slots
+   will not be enough (``P(N_s >= K_s)``, Poisson arrivals until the cluster is full) times its
+   GPU.  While slots are plentiful the cost is zero and nothing changes.
+
+The score is ``-(dF_fgd + packing_weight * dF_packing + cpu_weight * dS + pressure + scarcity)``
+in milli-GPU, banded like kube-scheduler's integer scores (``floor(100 * sigmoid(value / band))``).
+The banding is deliberate: near-equal choices tie, and ties go to the first node in a stable order,
+which packs work onto the same nodes and keeps others whole for large tasks — exact scores spread
+work and lose about four points of allocation on the default trace.  For a shared task the GPU is the one
 with the best banded score and, among those, the least share left (``gpu_fit_weight`` < 1 point).
 """
 
@@ -64,6 +71,7 @@ from shared.core.fragmentation import (
 from shared.core.framework import Scores
 from shared.core.node_cache import NodeValueCache
 from shared.core.plugins.scorers.fgd import best_per_node
+from shared.core.scarcity import ShapeScarcity
 from shared.core.task import MILLI, TaskShape
 
 NAME = "tessera"
@@ -83,6 +91,9 @@ class Args(BaseModel):
     )
     pressure_weight: float = Field(
         1.0, ge=0, description="weight of the demand that pods pinned to a GPU model put on its pool"
+    )
+    scarcity: bool = Field(
+        True, description="charge a placement for the slots it destroys of shapes few nodes can still hold"
     )
 
 
@@ -141,12 +152,14 @@ class TesseraScorer:
     gpu_fit_weight: float = 0.9
     conditional: bool = True
     pressure_weight: float = 1.0
+    scarcity: bool = True
     name: str = NAME
     _state: tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float] | None = field(
         default=None, init=False, repr=False
     )
     _packing_model: FragmentationModel | None = field(default=None, init=False, repr=False)
     _pressure: FloatArray | None = field(default=None, init=False, repr=False)
+    _scarcity: ShapeScarcity | None = field(default=None, init=False, repr=False)
 
     def _bind(
         self, cluster: ClusterState
@@ -163,6 +176,10 @@ class TesseraScorer:
                 NodeValueCache(cluster.size),
                 cpu_per_gpu_milli(self.workload),
             )
+            if self.scarcity:
+                self._scarcity = ShapeScarcity(
+                    self._packing_model, self.workload.complete or self.workload, cluster
+                )
             pressure = pool_pressure(self.workload.complete or self.workload, cluster)
             self._pressure = self.pressure_weight * pressure if pressure.any() else None
         return self._state
@@ -190,21 +207,58 @@ class TesseraScorer:
         model, now_state, cache, ratio = self._bind(cluster)
         now = now_state.current(cluster)
         pressure = self._pressure
+        scarcity = self._scarcity
 
         def compute(nodes: IntArray) -> tuple[FloatArray, IntArray]:
+            # The cache keeps the raw delta of each node's chosen state; banding comes after the
+            # scarcity term, which depends on the whole cluster and so cannot be cached per node.
             cpu, gpu, mdl, owner, slot = after_states(cluster, nodes, task)
             delta = self.objective(model, ratio, cpu, gpu, mdl) - now[nodes][owner]
             if pressure is not None:
                 delta = delta + task.total_gpu_milli * pressure[mdl]
-            value = np.floor(100.0 / (1.0 + np.exp(delta / self.band)))
             if not task.is_shared:
-                return value, slot
+                return delta, slot
+            value = self._banded(delta)
             left = gpu[np.arange(owner.size), slot] / MILLI
-            best, first = best_per_node(owner, value - self.gpu_fit_weight * left, nodes.size)
-            return best, slot[first]
+            _, first = best_per_node(owner, value - self.gpu_fit_weight * left, nodes.size)
+            return delta[first], slot[first]
 
-        values, gpu = cache.lookup(cluster, task, feasible, compute)
+        delta, gpu = cache.lookup(cluster, task, feasible, compute)
+        if scarcity is not None:
+            delta = delta + self._scarce_loss(scarcity, cluster, task, feasible, gpu)
+        values = self._banded(delta)
+        if task.is_shared:
+            left = (cluster.gpu_free[feasible, gpu] - task.gpu_milli) / MILLI
+            values = values - self.gpu_fit_weight * left
         return Scores(values=values, gpu=gpu if task.is_shared else None)
+
+    def _banded(self, delta: FloatArray) -> FloatArray:
+        banded: FloatArray = np.floor(100.0 / (1.0 + np.exp(delta / self.band)))
+        return banded
+
+    def _scarce_loss(
+        self,
+        scarcity: ShapeScarcity,
+        cluster: ClusterState,
+        task: TaskShape,
+        feasible: IntArray,
+        gpu: IntArray,
+    ) -> FloatArray:
+        """Milli-GPU of scarce shapes' slots each feasible node would lose (0 almost always)."""
+        out = np.zeros(feasible.size, dtype=np.float64)
+        cost = scarcity.costs(cluster)
+        if not cost.any():
+            return out
+        holders = np.flatnonzero(scarcity.slots[feasible][:, cost > 0].any(axis=1))
+        if holders.size == 0:
+            return out
+        nodes = feasible[holders]
+        cpu, after, mdl, owner, slot = after_states(cluster, nodes, task)
+        if task.is_shared:  # one state per node: the GPU the cached choice took
+            pick = np.flatnonzero(slot == gpu[holders][owner])
+            cpu, after, mdl = cpu[pick], after[pick], mdl[pick]
+        out[holders] = scarcity.loss(cost, nodes, cpu, after, mdl, scarcity.own(task))
+        return out
 
 
 class _Combined(NodeFragmentation):
@@ -234,4 +288,5 @@ def build(args: Args) -> TesseraScorer:
         gpu_fit_weight=args.gpu_fit_weight,
         conditional=args.conditional,
         pressure_weight=args.pressure_weight,
+        scarcity=args.scarcity,
     )
