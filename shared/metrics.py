@@ -56,6 +56,10 @@ AGENT_TASK_ENDS = Counter(
     "ended is what runs",
     ["type"],
 )
+AGENT_TASKS_RUNNING = Gauge(
+    "tessera_agent_tasks_running",
+    "Tasks whose processes run on this agent's nodes now (an evicted one until it has exited)",
+)
 STORE_RETRIES = Counter(
     "tessera_store_retries_total", "Calls retried because PostgreSQL was unavailable (each wait counts once)"
 )

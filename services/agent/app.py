@@ -135,6 +135,7 @@ class Agent:
         self.inventories = inventories
         self.names = {i.name for i in inventories}
         self.runtime = runtime
+        metrics.AGENT_TASKS_RUNNING.set_function(lambda: float(runtime.running()))
         self.view = ClusterView()
         self._mine: dict[str, tuple[int, set[int]]] = {}  # job -> (attempt, tasks) this process runs
         self._stopping: set[tuple[str, int, int]] = set()  # (job, task, attempt) eviction handled

@@ -105,6 +105,10 @@ class Runtime(Protocol):
         """Stop a job's tasks without a report (cancelled, or its attempt is over)."""
         ...
 
+    def running(self) -> int:
+        """Tasks that run here now (one being evicted counts until its process has exited)."""
+        ...
+
 
 @dataclass
 class SimulatedRuntime:
@@ -162,6 +166,9 @@ class SimulatedRuntime:
             self._timers[key].cancel()
             self._forget(key)
 
+    def running(self) -> int:
+        return len(self._timers)
+
 
 def _die_with_parent() -> None:
     """In the child: SIGKILL when the agent dies, so a task never outlives the agent that
@@ -197,6 +204,9 @@ class ProcessRuntime:
     def free_cpus(self) -> list[int]:
         used = {c for cs in self._busy.values() for c in cs}
         return [c for c in self.cpus if c not in used]
+
+    def running(self) -> int:
+        return len(self._procs)  # an entry leaves when its process has exited
 
     async def start(self, run: TaskRun, now: float, done: Done) -> int | None:
         spec, binding = run.spec, run.binding

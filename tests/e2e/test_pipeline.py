@@ -151,6 +151,7 @@ async def test_500_trace_jobs_on_100_nodes_with_two_workers_all_end_and_nothing_
     agent = live.scrape("agent")
     assert agent[("tessera_agent_tasks_started_total", ())] == n
     assert agent[("tessera_agent_task_ends_total", (("type", "JobFinished"),))] == n
+    assert agent[("tessera_agent_tasks_running", ())] == 0
     for _ in range(100):  # the relay publishes the log's last events a moment after they are in it
         published = live.scrape("relay")[("tessera_relay_published_total", ())]
         if published >= len(events):

@@ -81,6 +81,7 @@ async def test_a_high_priority_job_evicts_a_checkpointing_victim_which_resumes_l
     await stack.submit([low], live.settings)
     await wait_log(live, has("JobStarted", "job-low"))
     await asyncio.sleep(1.0)  # a few steps done
+    assert live.scrape("agent")[("tessera_agent_tasks_running", ())] == 1
     high = process_job("high", "high", "--steps", "4", "--step-s", "0.25")
     await stack.submit([high], live.settings)
     states = await live.wait_terminal(["high", "low"], timeout=120)
@@ -114,6 +115,7 @@ async def test_a_high_priority_job_evicts_a_checkpointing_victim_which_resumes_l
     assert agent[("tessera_agent_tasks_started_total", ())] == 3  # low, high, low again
     assert agent[("tessera_agent_task_ends_total", (("type", "TaskStopped"),))] == 1
     assert agent[("tessera_agent_task_ends_total", (("type", "JobFinished"),))] == 2
+    assert agent[("tessera_agent_tasks_running", ())] == 0
 
 
 async def test_a_victim_that_ignores_sigterm_is_killed_after_its_grace(live: LiveStack) -> None:
