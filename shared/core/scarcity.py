@@ -26,6 +26,8 @@ used, not destroyed.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from shared.core.cluster import ClusterState, IntArray
@@ -35,6 +37,7 @@ from shared.core.task import TaskShape
 NEGLIGIBLE = 1e-3
 """A slot-loss probability below this counts as zero: the term then costs less than one milli-GPU
 for an 8-GPU shape, and the shape is skipped (the common case: nothing is scarce)."""
+LOG_NEGLIGIBLE = math.log(NEGLIGIBLE)
 
 
 def poisson_tails(means: FloatArray, ks: IntArray) -> FloatArray:
@@ -92,9 +95,13 @@ class ShapeScarcity:
         if self._cpu_per_pod > 0:
             horizon = min(horizon, float(cluster.cpu_free.sum()) / self._cpu_per_pod)
         means = self.freq * horizon
-        # Beyond mean + 10 sd (+ 10) the tail is far below NEGLIGIBLE: skip the sum.
-        # No slot left: nothing to lose.
-        near = np.flatnonzero((self.supply > 0) & (self.supply <= means + 10.0 * np.sqrt(means) + 10.0))
+        # Only shapes whose tail may reach NEGLIGIBLE, by the Chernoff bound
+        # P(N >= k) <= exp(-m) (e m / k)^k for k > m (skipping the others changes no cost); a
+        # shape without a slot left has nothing to lose.
+        k = self.supply.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_bound = np.where(k > means, k - means + k * np.log(means / np.maximum(k, 1.0)), 0.0)
+        near = np.flatnonzero((self.supply > 0) & (means > 0) & (log_bound >= LOG_NEGLIGIBLE))
         if near.size:
             tails = poisson_tails(means[near], self.supply[near])
             out[near] = np.where(tails >= NEGLIGIBLE, tails * self.gpu[near], 0.0)

@@ -11,7 +11,7 @@ from shared.core.fragmentation import FragmentationModel, TypicalWorkload
 from shared.core.framework import Profile, decide
 from shared.core.plugins.scorers import tessera
 from shared.core.registry import default_filters
-from shared.core.scarcity import ShapeScarcity, poisson_tails
+from shared.core.scarcity import NEGLIGIBLE, ShapeScarcity, poisson_tails
 from shared.core.task import TaskShape
 from tests.unit.builders import cluster, node, task
 
@@ -71,8 +71,11 @@ def test_nothing_changes_while_slots_are_plentiful() -> None:
 
 
 def test_slots_are_kept_current_as_nodes_fill() -> None:
-    workload = TypicalWorkload.from_tasks([SMALL, LARGE, task(cpu=4_000, gpus=1, milli=300)], coverage=1.0)
+    quarter = task(cpu=60_000, gpus=4)
+    shapes = [SMALL] * 20 + [LARGE] * 2 + [task(cpu=4_000, gpus=1, milli=300)] * 10 + [quarter]
+    workload = TypicalWorkload.from_tasks(shapes, coverage=1.0)
     c = cluster(*[node(f"n{i}", cpu=[128_000, 96_000, 64_000][i % 3], gpus=8) for i in range(12)])
+    seen = 0
     model = FragmentationModel(workload, c.models)
     scarcity = ShapeScarcity(model, workload, c)
     rng = np.random.default_rng(5)
@@ -81,6 +84,12 @@ def test_slots_are_kept_current_as_nodes_fill() -> None:
         fresh = model.fits(c.cpu_free, c.gpu_free, c.model_idx)
         assert (scarcity.slots == fresh).all()
         assert (scarcity.supply == fresh.sum(axis=0)).all()
+        # The costs skip shapes by a bound; they equal the exact tail wherever it counts.
+        horizon = min(c.gpu_free.sum() / scarcity._gpu_per_pod, c.cpu_free.sum() / scarcity._cpu_per_pod)
+        tails = poisson_tails(scarcity.freq * horizon, scarcity.supply)
+        exact = np.where((tails >= NEGLIGIBLE) & (scarcity.supply > 0), tails * scarcity.gpu, 0.0)
+        assert scarcity.costs(c) == pytest.approx(exact, abs=1e-9)
+        seen += int(exact.any())
         t = [SMALL, task(cpu=4_000, gpus=1, milli=300)][int(rng.integers(2))]
         room = np.flatnonzero((c.cpu_free >= t.cpu_milli) & (c.gpu_free >= t.gpu_milli).any(axis=1))
         if room.size == 0:
@@ -88,6 +97,7 @@ def test_slots_are_kept_current_as_nodes_fill() -> None:
         n = int(room[rng.integers(room.size)])
         gpu = int(np.flatnonzero(c.gpu_free[n] >= t.gpu_milli)[0])
         c.place(n, t, (gpu,))
+    assert seen  # some shape became scarce on the way
 
 
 def test_the_cost_rises_as_a_shapes_last_slots_go() -> None:

@@ -249,7 +249,9 @@ class TesseraScorer:
         cost = scarcity.costs(cluster)
         if not cost.any():
             return out
-        holders = np.flatnonzero(scarcity.slots[feasible][:, cost > 0].any(axis=1))
+        # Nodes that hold a slot of a scarce shape (few shapes: select those columns first).
+        holds = np.any(scarcity.slots[:, np.flatnonzero(cost)] > 0, axis=1)
+        holders = np.flatnonzero(holds[feasible])
         if holders.size == 0:
             return out
         nodes = feasible[holders]
