@@ -18,7 +18,6 @@ import json
 import time
 import uuid
 
-import asyncpg
 import numpy as np
 from aiokafka import AIOKafkaConsumer
 from rich.console import Console
@@ -26,25 +25,12 @@ from rich.table import Table
 
 from shared.bus import BusProducer, ensure_topics
 from shared.eventstore import ANY_VERSION, NewEvent
+from shared.eventstore.databases import create_database, drop_database
 from shared.eventstore.postgres import PostgresEventStore
 from shared.eventstore.relay import Relay
 from shared.settings import Settings
 
 WRITERS = 8
-
-
-async def scratch_database(url: str) -> str:
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    return f"{url.rpartition('/')[0]}/{name}"
-
-
-async def drop_database(url: str, scratch: str) -> None:
-    admin = await asyncpg.connect(url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{scratch.rpartition("/")[2]}" WITH (FORCE)')
-    await admin.close()
 
 
 async def appends_per_s(store: PostgresEventStore, total: int, batch: int) -> float:
@@ -127,7 +113,7 @@ async def kafka_rate(bootstrap: str, messages: int) -> tuple[float, float, float
 async def main(seconds: float) -> None:
     settings = Settings()
     console = Console(width=120)
-    scratch = await scratch_database(settings.database_url)
+    scratch = await create_database(settings.database_url, f"bench_{uuid.uuid4().hex[:8]}")
     store = await PostgresEventStore.connect(scratch, max_size=WRITERS + 4)
     try:
         with console.status("appending one event per transaction"):

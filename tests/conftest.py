@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import asyncpg
 import pytest
 
+from shared.eventstore import databases
 from tests import servers
 
 
@@ -25,23 +25,11 @@ def database_url() -> Iterator[str]:
 
 async def create_database(database_url: str) -> str:
     """Create a new, empty database next to ``database_url`` and return its URL."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    base, _, _ = database_url.rpartition("/")
-    return f"{base}/{name}"
+    return await databases.create_database(database_url, f"t_{uuid.uuid4().hex[:12]}")
 
 
 async def drop_database(database_url: str, url: str) -> None:
-    name = url.rpartition("/")[2]
-    admin = await asyncpg.connect(database_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    await databases.drop_database(database_url, url)
 
 
 @pytest.fixture

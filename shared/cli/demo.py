@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import numpy as np
 from rich.console import Console
 from rich.progress import Progress
@@ -44,6 +43,7 @@ from shared.cli.simulate import node_sample
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.registry import DEFAULT_POLICY, build_profile
 from shared.core.task import NodeSpec
+from shared.eventstore.databases import create_database
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
@@ -215,14 +215,7 @@ def simulated(p: DemoPlan, sent: dict[str, float], policy: str) -> Figures:
 
 async def fresh_database(settings: Settings) -> str:
     """``tessera_demo`` next to the configured database, dropped and created empty."""
-    admin = await asyncpg.connect(settings.database_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{DATABASE}"')
-    finally:
-        await admin.close()
-    base, _, _ = settings.database_url.rpartition("/")
-    return f"{base}/{DATABASE}"
+    return await create_database(settings.database_url, DATABASE, replace=True)
 
 
 def write_nodes(nodes: Sequence[NodeSpec], path: Path) -> Path:

@@ -23,6 +23,7 @@ import yaml
 from schemas import ApplyQueues, CancelJob, DrainNode, JobSpec, SubmitJob, UncordonNode
 from schemas.queues import QueueTreeSpec
 from shared.bus import BusProducer
+from shared.eventstore.databases import beside, create_database, database_name
 from shared.eventstore.postgres import PostgresEventStore
 from shared.service import service_topics
 from shared.settings import Settings
@@ -163,16 +164,10 @@ async def ensure_database(url: str) -> str | None:
     try:
         conn = await asyncpg.connect(url)
     except asyncpg.InvalidCatalogNameError:
-        parts = urllib.parse.urlsplit(url)
-        name = urllib.parse.unquote(parts.path.lstrip("/"))
-        if parts.hostname not in LOOPBACK or not name:
+        name = database_name(url)
+        if urllib.parse.urlsplit(url).hostname not in LOOPBACK or not name:
             raise
-        admin = await asyncpg.connect(urllib.parse.urlunsplit(parts._replace(path="/postgres")))
-        try:
-            quoted = name.replace('"', '""')  # an identifier, quoted as PostgreSQL quotes one
-            await admin.execute(f'CREATE DATABASE "{quoted}"')
-        finally:
-            await admin.close()
+        await create_database(beside(url, "postgres"), name)
         return name
     await conn.close()
     return None

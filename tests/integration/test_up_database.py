@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from shared.cli.stack import LOOPBACK, ensure_database
+from shared.eventstore.databases import drop_database
 
 
 async def test_a_missing_database_is_created_on_a_loopback_server_and_left_alone_after(
@@ -27,8 +28,4 @@ async def test_a_missing_database_is_created_on_a_loopback_server_and_left_alone
         conn = await asyncpg.connect(url)
         await conn.close()
     finally:
-        admin = await asyncpg.connect(database_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await drop_database(database_url, url)
