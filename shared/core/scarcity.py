@@ -17,11 +17,10 @@ nodes) and ``N_s`` how many will still come.  Taking one slot away raises it by
 in milli-GPU, the unit of the scorer's other terms.  ``N_s`` is Poisson with mean ``p_s x H``:
 ``p_s`` the shape's popularity, ``H`` the pods it takes to use up the free GPUs or the free CPUs,
 whichever runs out first, at what the workload's mean pod takes of each (no more pods can be
-placed once the cluster is full).  While slots are
-plentiful the cost is zero (``P`` is negligible), so on most placements nothing changes; it
-grows as a shape's last slots go, and it is the slot holders' *scarcity*, not the shape's
-popularity, that sets it.  The slots a task takes for its own shape are not a cost: they are
-used, not destroyed.
+placed once the cluster is full).  While slots are plentiful the cost is zero (``P`` is
+negligible), so on most placements nothing changes; it grows as a shape's last slots go, and it
+is the slot holders' *scarcity*, not the shape's popularity, that sets it.  The slots a task
+takes for its own shape are not a cost: they are used, not destroyed.
 """
 
 from __future__ import annotations
