@@ -40,7 +40,7 @@ but for two reasons FGD's one-task view misses:
 5. **Shape scarcity** (``scarcity``, ``shared/core/scarcity.py``).  Popularity says how often a
    shape comes, not how few places can still hold it: the 8-GPU, 120-core pods of openb fit only
    the 39 nodes with 128 cores, and shared pods took those nodes on ties (every empty node scored
-   alike) until the large pods failed from about 80% arrived load on.  A placement now also
+   alike) until large pods failed long before the cluster was full.  A placement now also
    costs, per shape, the slots it destroys times the chance that the shape's remaining slots
    will not be enough (``P(N_s >= K_s)``, Poisson arrivals until the cluster is full) times its
    GPU.  While slots are plentiful the cost is zero and nothing changes.
