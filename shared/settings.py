@@ -97,6 +97,13 @@ class Settings(BaseSettings):
         '"shared": ["*"]}`) until a queue tree is applied with `tessera queue apply`; default: four queues '
         "open to every tenant (default, research, batch, inference)",
     )
+    scorer_options: dict[str, float | bool] = Field(
+        default_factory=dict,
+        description='placement: the scorer\'s knobs as JSON, e.g. `{"scarcity": false}`; for `tessera`: '
+        "packing_weight, cpu_weight, band, gpu_fit_weight, conditional, pressure_weight, scarcity (README, "
+        '"Tessera\'s policy, and why"); `fgd` and the baselines have none.  A worker refuses to start on a '
+        "name or value its policy does not take",
+    )
     preempt_grace_s: float = Field(
         30.0,
         ge=0,
@@ -182,7 +189,7 @@ class Knob:
 
 
 def _shown(value: object) -> str:
-    if value is None or value == "":
+    if value is None or value == "" or value == {}:
         return "unset"
     if isinstance(value, dict):
         return ", ".join(sorted(value))

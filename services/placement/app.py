@@ -39,7 +39,7 @@ from shared.core.cluster import BoolArray
 from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
-from shared.core.registry import DEFAULT_POLICY, build_profile
+from shared.core.registry import DEFAULT_POLICY, build_profile, check_options
 from shared.eventstore import ConcurrencyError, StoreUnavailableError
 from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
 from shared.eventstore.retry import until_available
@@ -134,6 +134,7 @@ class Worker:
         chunk_jobs: int = 50,
         shard: tuple[int, int] | None = None,
     ) -> None:
+        check_options(policy, settings.scorer_options)  # a wrong knob stops the worker at start
         self.settings, self.name, self.policy = settings, name, policy
         self.seed, self.max_jobs, self.chunk_jobs = seed, max_jobs, chunk_jobs
         self.shard = shard
@@ -168,7 +169,7 @@ class Worker:
             workload = TypicalWorkload.from_tasks(shapes) if shapes else None
             if workload is None:
                 raise RuntimeError("no jobs to learn the workload from")
-            self._profile = build_profile(self.policy, workload)
+            self._profile = build_profile(self.policy, workload, self.settings.scorer_options)
             log.info("policy %s learnt from %d jobs on %d nodes", self.policy, jobs, cluster.size)
             self._profile_key = key
         return self._profile

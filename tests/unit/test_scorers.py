@@ -7,7 +7,8 @@ from shared.core.cluster import ClusterState
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import decide
 from shared.core.plugins.scorers.fgd import quantised_score
-from shared.core.registry import POLICY_NAMES, build_profile
+from shared.core.plugins.scorers.tessera import TesseraScorer
+from shared.core.registry import POLICY_NAMES, build_profile, check_options
 from shared.core.task import TaskShape
 from tests.unit.builders import cluster, node, task
 
@@ -100,3 +101,18 @@ def test_every_policy_places_on_nodes_with_more_than_eight_gpus(policy: str, nod
         c.place(decision.node, t, decision.gpus)
     assert c.affinity[0, 12] == 1  # the 12-GPU task is counted in its own class on the big node
     assert c.used_gpu_milli() == 12_000 + 500 + 2_000
+
+
+def test_scorer_options_reach_the_scorer_and_wrong_ones_are_refused_by_name() -> None:
+    workload = TypicalWorkload.from_tasks([task(gpus=1)])
+    scorer = build_profile("tessera", workload, {"scarcity": False, "band": 800.0}).scorer
+    assert isinstance(scorer, TesseraScorer) and not scorer.scarcity and scorer.band == 800.0
+    check_options("tessera", {"pressure_weight": 0.5})
+    with pytest.raises(ValueError, match="scarcty"):
+        check_options("tessera", {"scarcty": False})
+    with pytest.raises(ValueError, match="band: Input should be greater than 0"):
+        check_options("tessera", {"band": -1})
+    with pytest.raises(ValueError, match="'bestfit' has no options"):
+        check_options("bestfit", {"band": 1})
+    with pytest.raises(ValueError, match="learnt from the jobs"):
+        check_options("fgd", {"workload": 1})
