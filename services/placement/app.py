@@ -443,15 +443,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     shard = tuple(int(x) for x in args.shard.split("/")) if args.shard else None
-    worker = Worker(
-        Settings(),
-        args.name,
-        args.policy,
-        args.seed,
-        args.max_jobs,
-        args.chunk_jobs,
-        shard,  # type: ignore[arg-type]
-    )
+    try:
+        worker = Worker(
+            Settings(),
+            args.name,
+            args.policy,
+            args.seed,
+            args.max_jobs,
+            args.chunk_jobs,
+            shard,  # type: ignore[arg-type]
+        )
+    except ValueError as exc:  # an unknown policy or a wrong scorer option: one line, not a traceback
+        parser.exit(2, f"placement: {exc}\n")
     run_service(worker.run)
 
 
