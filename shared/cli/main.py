@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 
 from shared.cli.reach import run_reaching
-from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES
+from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES, check_options
 from shared.sim.policies import TIMELINE_POLICIES
 from shared.sim.trace import TraceError
 
@@ -89,6 +90,13 @@ def simulate(
     scorer: Annotated[
         str, typer.Option(help="timeline: the placement scorer every policy uses")
     ] = DEFAULT_POLICY,
+    scorer_options: Annotated[
+        str,
+        typer.Option(
+            help="the scorer's knobs as JSON, e.g. '{\"scarcity\": false}' (as TESSERA_SCORER_OPTIONS): "
+            "fill: for every policy given (each must take them); timeline: for --scorer"
+        ),
+    ] = "{}",
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
     """Replay a trace through the scheduling core and compare policies.
@@ -125,7 +133,18 @@ def simulate(
         nodes, pods, philly, throughputs if philly is not None else None, load, compress, elastic_fraction
     )
     try:
-        run(source, chosen, seed_list, mode.value, out, inflation, workers, console, scorer)
+        options = json.loads(scorer_options)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--scorer-options") from None
+    if not isinstance(options, dict):
+        raise typer.BadParameter("a JSON object of knob: value", param_hint="--scorer-options")
+    for name in chosen if mode is Mode.fill else [scorer]:
+        try:
+            check_options(name, options)
+        except ValueError as exc:  # a knob the policy does not take, or a bad value
+            raise typer.BadParameter(str(exc), param_hint="--scorer-options") from None
+    try:
+        run(source, chosen, seed_list, mode.value, out, inflation, workers, console, scorer, options)
     except TraceError as exc:
         console.print(f"[red]trace error:[/red] {exc}")
         raise typer.Exit(2) from None

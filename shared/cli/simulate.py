@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -11,7 +13,7 @@ from rich.table import Table
 
 from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
-from shared.core.registry import build_profile
+from shared.core.registry import build_profile, check_options
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
 from shared.sim.metrics import SIZE_CLASSES
@@ -67,6 +69,7 @@ class Job:
     mode: str
     inflation: float
     scorer: str = "tessera"
+    options: tuple[tuple[str, float | bool], ...] = ()  # the scorer's knobs (``--scorer-options``)
 
 
 @cache
@@ -138,9 +141,10 @@ def run_job(job: Job) -> FillResult | dict[str, object]:
     """One simulation; a timeline run returns its summary and curves (small enough to pickle)."""
     if job.mode == "fill":
         nodes, pods, workload = _load(job.source.nodes, job.source.pods)
-        return run_fill(nodes, pods, job.policy, job.seed, job.inflation, workload)
+        return run_fill(nodes, pods, job.policy, job.seed, job.inflation, workload, options=dict(job.options))
     wl = load_workload(job.source)
-    profile = build_profile(job.scorer, TypicalWorkload.from_tasks(j.shape for j in wl.jobs))
+    workload = TypicalWorkload.from_tasks(j.shape for j in wl.jobs)
+    profile = build_profile(job.scorer, workload, dict(job.options))
     result = run_timeline(wl, job.policy, timeline_config(job.policy, profile), job.seed)
     return timeline_record(result)
 
@@ -155,13 +159,19 @@ def simulate(
     workers: int,
     console: Console,
     scorer: str = "tessera",
+    options: Mapping[str, float | bool] | None = None,
 ) -> dict[str, object]:
+    """``options``: the scorer's knobs, for every policy of a fill run (each must take them) or
+    for ``scorer`` in a timeline run; a ``ValueError`` says which does not."""
+    for name in policies if mode == "fill" else [scorer]:
+        check_options(name, options or {})
     # Fail on a bad trace here, with its line number, before any worker starts.
     if mode == "fill":
         _load(source.nodes, source.pods)
     else:
         load_workload(source)
-    jobs = [Job(source, p, s, mode, inflation, scorer) for p in policies for s in seeds]
+    knobs = tuple(sorted((options or {}).items()))
+    jobs = [Job(source, p, s, mode, inflation, scorer, knobs) for p in policies for s in seeds]
     results = run_all(run_job, jobs, workers, console, f"{mode} runs")
     if mode == "fill":
         fill = [r for r in results if isinstance(r, FillResult)]
@@ -171,6 +181,8 @@ def simulate(
         records = [r for r in results if isinstance(r, dict)]
         summary = write_timeline(records, out, source.name, load_workload(source))
         _print_timeline(summary, console)
+    if options:
+        console.print(f"scorer options: {json.dumps(dict(options), sort_keys=True)}")
     console.print(f"wrote {out / 'summary.json'}, {out / 'curves.csv'} and figures")
     return summary
 

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,13 +96,14 @@ def run_fill(
     inflation: float = 1.3,
     workload: TypicalWorkload | None = None,
     progress: Callable[[int, int], None] | None = None,
+    options: Mapping[str, float | bool] | None = None,
 ) -> FillResult:
     import time  # timing the decisions is measurement, not part of any decision
 
     node_rng = np.random.default_rng([seed, 1])
     cluster = ClusterState([nodes[i] for i in node_rng.permutation(len(nodes))])
     typical = workload or TypicalWorkload.from_tasks(p.shape for p in pods)
-    profile = build_profile(policy, typical)
+    profile = build_profile(policy, typical, options)
     # Pods never leave and each is tried once: the cycle's allocate stage alone decides.
     config = CycleConfig(
         profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False

@@ -27,6 +27,21 @@ def _tiny_trace(tmp: Path) -> tuple[Path, Path]:
     return nodes, pods
 
 
+def test_simulate_takes_scorer_options_and_refuses_one_a_policy_lacks(tmp_path: Path) -> None:
+    nodes, pods = _tiny_trace(tmp_path)
+    base = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--workers", "1"]
+    out = tmp_path / "out"
+    knobs = ["--scorer-options", '{"scarcity": false}', "--out", str(out)]
+    result = runner.invoke(app, [*base, "--policy", "tessera", *knobs])
+    assert result.exit_code == 0, result.output
+    assert 'scorer options: {"scarcity": false}' in result.output
+    assert set(json.loads((out / "summary.json").read_text())["policies"]) == {"tessera"}
+    refused = runner.invoke(app, [*base, "--policy", "fgd,tessera", *knobs])
+    said = " ".join(refused.output.replace("│", " ").split())  # the error box may wrap anywhere
+    assert refused.exit_code == 2 and "policy 'fgd' options: scarcity" in said
+    assert runner.invoke(app, [*base, "--policy", "tessera", "--scorer-options", "[1]"]).exit_code == 2
+
+
 def test_parse_seeds_accepts_ranges_and_lists() -> None:
     assert parse_seeds("42-44") == [42, 43, 44]
     assert parse_seeds("1,5-6,1") == [1, 5, 6]
