@@ -181,8 +181,10 @@ def simulate(
         records = [r for r in results if isinstance(r, dict)]
         summary = write_timeline(records, out, source.name, load_workload(source))
         _print_timeline(summary, console)
-    if options:
-        console.print(f"scorer options: {json.dumps(dict(options), sort_keys=True)}")
+    if options:  # the folder says which knobs made it (the default run's summary has no such key)
+        summary["scorer_options"] = dict(sorted(options.items()))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        console.print(f"scorer options: {json.dumps(summary['scorer_options'])}")
     console.print(f"wrote {out / 'summary.json'}, {out / 'curves.csv'} and figures")
     return summary
 

@@ -35,7 +35,8 @@ def test_simulate_takes_scorer_options_and_refuses_one_a_policy_lacks(tmp_path: 
     result = runner.invoke(app, [*base, "--policy", "tessera", *knobs])
     assert result.exit_code == 0, result.output
     assert 'scorer options: {"scarcity": false}' in result.output
-    assert set(json.loads((out / "summary.json").read_text())["policies"]) == {"tessera"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["policies"]) == {"tessera"} and summary["scorer_options"] == {"scarcity": False}
     refused = runner.invoke(app, [*base, "--policy", "fgd,tessera", *knobs])
     said = " ".join(refused.output.replace("│", " ").split())  # the error box may wrap anywhere
     assert refused.exit_code == 2 and "policy 'fgd' options: scarcity" in said
