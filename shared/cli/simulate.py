@@ -13,7 +13,7 @@ from rich.table import Table
 
 from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
-from shared.core.registry import build_profile, check_options
+from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
 from shared.sim.metrics import SIZE_CLASSES
@@ -161,10 +161,8 @@ def simulate(
     scorer: str = "tessera",
     options: Mapping[str, float | bool] | None = None,
 ) -> dict[str, object]:
-    """``options``: the scorer's knobs, for every policy of a fill run (each must take them) or
-    for ``scorer`` in a timeline run; a ``ValueError`` says which does not."""
-    for name in policies if mode == "fill" else [scorer]:
-        check_options(name, options or {})
+    """``options``: the scorer's knobs, for every policy of a fill run or for ``scorer`` in a
+    timeline run, checked by the caller (``tessera simulate``, with ``check_options``)."""
     # Fail on a bad trace here, with its line number, before any worker starts.
     if mode == "fill":
         _load(source.nodes, source.pods)
