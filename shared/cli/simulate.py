@@ -169,20 +169,20 @@ def simulate(
     else:
         load_workload(source)
     knobs = tuple(sorted((options or {}).items()))
+    # The folder says which knobs made it (a default run's summary has no such key).
+    extra: dict[str, object] | None = {"scorer_options": dict(knobs)} if knobs else None
     jobs = [Job(source, p, s, mode, inflation, scorer, knobs) for p in policies for s in seeds]
     results = run_all(run_job, jobs, workers, console, f"{mode} runs")
     if mode == "fill":
         fill = [r for r in results if isinstance(r, FillResult)]
-        summary = write_fill(fill, out, source.pods.stem, source.nodes.stem)
+        summary = write_fill(fill, out, source.pods.stem, source.nodes.stem, extra)
         _print_fill(summary, console)
     else:
         records = [r for r in results if isinstance(r, dict)]
-        summary = write_timeline(records, out, source.name, load_workload(source))
+        summary = write_timeline(records, out, source.name, load_workload(source), extra)
         _print_timeline(summary, console)
-    if options:  # the folder says which knobs made it (the default run's summary has no such key)
-        summary["scorer_options"] = dict(sorted(options.items()))
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        console.print(f"scorer options: {json.dumps(summary['scorer_options'])}")
+    if options:
+        console.print(f"scorer options: {json.dumps(dict(knobs))}")
     console.print(f"wrote {out / 'summary.json'}, {out / 'curves.csv'} and figures")
     return summary
 

@@ -6,7 +6,7 @@ import csv
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -41,9 +41,16 @@ def fill_summary(results: Sequence[FillResult], trace: str, nodes: str) -> dict[
     return {"policies": policies, "seeds": seeds, "mode": "fill", "trace": trace, "nodes": nodes}
 
 
-def write_fill(results: Sequence[FillResult], out: Path, trace: str, nodes: str) -> dict[str, object]:
+def write_fill(
+    results: Sequence[FillResult],
+    out: Path,
+    trace: str,
+    nodes: str,
+    extra: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """``extra``: keys added to ``summary.json`` (what the run was asked, e.g. ``scorer_options``)."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = fill_summary(results, trace, nodes)
+    summary = {**fill_summary(results, trace, nodes), **(extra or {})}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     with (out / "curves.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -131,10 +138,15 @@ def timeline_summary(
 
 
 def write_timeline(
-    records: Sequence[dict[str, object]], out: Path, trace: str, workload: Workload
+    records: Sequence[dict[str, object]],
+    out: Path,
+    trace: str,
+    workload: Workload,
+    extra: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
+    """``extra``: keys added to ``summary.json``, as for :func:`write_fill`."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = timeline_summary(records, trace, workload)
+    summary = {**timeline_summary(records, trace, workload), **(extra or {})}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     with (out / "curves.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
