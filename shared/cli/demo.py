@@ -26,7 +26,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,9 +198,13 @@ class Figures:
         return f"{100 * self.gpu_s.get(queue, 0.0) / total:.0f}%" if total else "—"
 
 
-def simulated(p: DemoPlan, sent: dict[str, float], policy: str) -> Figures:
+def simulated(
+    p: DemoPlan, sent: dict[str, float], policy: str, options: Mapping[str, float | bool] | None = None
+) -> Figures:
+    """The demo's jobs replayed under ``policy``, placed by the scorer the live workers use (with
+    their ``TESSERA_SCORER_OPTIONS``), so live and simulated differ only where they must."""
     w = as_workload(p, sent)
-    profile = build_profile(DEFAULT_POLICY, TypicalWorkload.from_tasks(j.shape for j in w.jobs))
+    profile = build_profile(DEFAULT_POLICY, TypicalWorkload.from_tasks(j.shape for j in w.jobs), options)
     r = run_timeline(w, policy, timeline_config(policy, profile), 42)
     out = Figures()
     for j in r.jobs:

@@ -543,7 +543,8 @@ def demo(
         busiest.title = "queues (GPUs) when the last job was produced"
         console.print(busiest)
     with console.status("replaying the same jobs in the simulator under fifo and tessera"):
-        fifo, ours = d.simulated(p, sent, "fifo"), d.simulated(p, sent, "tessera")
+        knobs = Settings().scorer_options  # the live workers' scorer, as they ran it
+        fifo, ours = d.simulated(p, sent, "fifo", knobs), d.simulated(p, sent, "tessera", knobs)
     d.report(p, live, fifo, ours, console)
     console.print(f"the run's log: DATABASE_URL={url} TESSERA_TOPIC_PREFIX=demo{tag} tessera status")
     if not keep:
