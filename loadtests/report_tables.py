@@ -2,7 +2,8 @@
 
     .venv/bin/python loadtests/report_tables.py docs/results
 
-Reads ``DIR/<trace>/summary.json`` and ``DIR/gpuspec/<trace>/summary.json`` (as written by
+Reads ``DIR/<trace>/summary.json``, ``DIR/gpuspec/<trace>/summary.json`` and
+``DIR/multigpu/<trace>/summary.json`` (as written by
 ``tessera simulate --out``), ``DIR/bounds/<trace>/bound.json`` (``tessera bound --out``), and the
 FGD authors' cached curves in ``loadtests/traces/alibaba-gpu-v2023/fgd-expected-results``.
 """
@@ -39,7 +40,8 @@ def paper_medians(column: str, filename: str) -> dict[tuple[str, str], float]:
 
 def _summaries(root: Path) -> dict[str, dict[str, object]]:
     found = {}
-    for p in sorted(root.glob("*/summary.json")) + sorted(root.glob("gpuspec/*/summary.json")):
+    variants = sorted(root.glob("gpuspec/*/summary.json")) + sorted(root.glob("multigpu/*/summary.json"))
+    for p in sorted(root.glob("*/summary.json")) + variants:
         body = json.loads(p.read_text())
         if body.get("mode") == "fill":
             found[p.parent.name] = body
