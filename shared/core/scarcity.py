@@ -105,6 +105,7 @@ class ShapeScarcity:
         self._version = np.full(cluster.size, -1, dtype=np.int64)
         models = [workload.models[i] for i in np.flatnonzero(workload.num_gpu > 0).tolist()]
         self.group = demand_groups(model, cluster)
+        self.pooled = self.group @ self.freq  # popularity of each shape's pool
         self._shapes = {
             (int(model.t_cpu[t]), int(model.thresholds[model.t_thr[t]]), int(model.t_num[t]), models[t]): t
             for t in range(self.freq.size)
@@ -128,7 +129,7 @@ class ShapeScarcity:
         horizon = float(cluster.gpu_free.sum()) / self._gpu_per_pod
         if self._cpu_per_pod > 0:
             horizon = min(horizon, float(cluster.cpu_free.sum()) / self._cpu_per_pod)
-        means = (self.group @ self.freq) * horizon
+        means = self.pooled * horizon
         # Only shapes whose tail may reach NEGLIGIBLE, by the Chernoff bound
         # P(N >= k) <= exp(-m) (e m / k)^k for k > m (skipping the others changes no cost); a
         # shape without a slot left has nothing to lose.
