@@ -21,16 +21,6 @@ placed once the cluster is full).  While slots are plentiful the cost is zero (`
 negligible), so on most placements nothing changes; it grows as a shape's last slots go, and it
 is the slot holders' *scarcity*, not the shape's popularity, that sets it.  The slots a task
 takes for its own shape are not a cost: they are used, not destroyed.
-
-Some shapes draw on one pool.  Every node that can hold a 120-core 8-GPU pod can hold an
-88-core one, and no openb node holds two 8-GPU tasks, so a 120-core pod placed takes the one
-88-core slot there.  So ``N_s`` counts the pods of ``s`` *and* of every shape whose pods each take
-exactly one slot of ``s`` (``demand_groups``), as Hall's condition says nested demands fit only if
-their union does.  Counted alone, the 88-core shape's slots looked plentiful until small pods had
-spread over the 96-core nodes; the 88-core pods then took the 128-core nodes, and the 120-core pods
-that only those can hold failed (where 8-GPU pods ask for half the GPU, before 90% of the load had
-arrived; docs/results/default/history.md).  A task uses, not destroys, the slot it takes of each
-shape whose pool it belongs to.
 """
 
 from __future__ import annotations
@@ -65,30 +55,6 @@ def poisson_tails(means: FloatArray, ks: IntArray) -> FloatArray:
     return result
 
 
-def demand_groups(model: FragmentationModel, cluster: ClusterState) -> FloatArray:
-    """``[s, t]`` is 1 where every pod of typical shape ``t`` takes exactly one slot of ``s``: so,
-    counted in slots, the pods of both come out of one pool (Hall's condition for nested
-    demands).  That holds where ``t`` asks for the same GPUs as ``s`` (count and share), accepts
-    no GPU model that ``s`` does not, and either asks the same CPU, or asks more and no node can
-    hold more than one task of ``s`` (an 8-GPU shape on 8-GPU nodes): wherever ``t`` fits, ``s``
-    does, and the one slot there is the one ``t`` takes.  Where a node holds several slots of
-    ``s`` and ``t`` asks more CPU, a pod of ``t`` may take several of them, and counting its pods
-    against ``s``'s slots would misstate the pool: those are kept apart.  Diagonal included."""
-    thr = model.thresholds[model.t_thr]
-    access = model.access[:-1]  # the last row stands for "no GPU model"
-    # models(t) within models(s): no model that t may use and s may not.
-    within = ~np.any(access[:, None, :] & ~access[:, :, None], axis=0)
-    most = model.fits(cluster.cpu_cap, cluster.gpu_cap, cluster.model_idx).max(axis=0, initial=0)
-    cpu_s, cpu_t = model.t_cpu[:, None], model.t_cpu[None, :]
-    group: FloatArray = (
-        (thr[None, :] == thr[:, None])
-        & (model.t_num[None, :] == model.t_num[:, None])
-        & within
-        & ((cpu_t == cpu_s) | ((cpu_t > cpu_s) & (most[:, None] <= 1)))
-    ).astype(np.float64)
-    return group
-
-
 class ShapeScarcity:
     """Slots per node and typical GPU shape, kept current by node version, and the cost per slot."""
 
@@ -104,8 +70,6 @@ class ShapeScarcity:
         self.supply: IntArray = np.zeros(self.freq.size, dtype=np.int64)
         self._version = np.full(cluster.size, -1, dtype=np.int64)
         models = [workload.models[i] for i in np.flatnonzero(workload.num_gpu > 0).tolist()]
-        self.group = demand_groups(model, cluster)
-        self.pooled = self.group @ self.freq  # popularity of each shape's pool
         self._shapes = {
             (int(model.t_cpu[t]), int(model.thresholds[model.t_thr[t]]), int(model.t_num[t]), models[t]): t
             for t in range(self.freq.size)
@@ -129,7 +93,7 @@ class ShapeScarcity:
         horizon = float(cluster.gpu_free.sum()) / self._gpu_per_pod
         if self._cpu_per_pod > 0:
             horizon = min(horizon, float(cluster.cpu_free.sum()) / self._cpu_per_pod)
-        means = self.pooled * horizon
+        means = self.freq * horizon
         # Only shapes whose tail may reach NEGLIGIBLE, by the Chernoff bound
         # P(N >= k) <= exp(-m) (e m / k)^k for k > m (skipping the others changes no cost); a
         # shape without a slot left has nothing to lose.
@@ -160,9 +124,8 @@ class ShapeScarcity:
         after = self.model.fits(cpu, gpu, mdl)[:, scarce]
         lost = self.slots[nodes][:, scarce] - after
         if own >= 0:
-            # The slot the task takes of its own shape, and of every shape whose slots its group
-            # draws on, is used, not destroyed.
-            mine = np.flatnonzero(self.group[scarce, own])
-            lost[:, mine] -= 1
+            mine = np.flatnonzero(scarce == own)
+            if mine.size:
+                lost[:, mine[0]] -= 1  # the slot the task itself takes
         result: FloatArray = np.maximum(lost, 0) @ cost[scarce]
         return result

@@ -11,7 +11,7 @@ from shared.core.fragmentation import FragmentationModel, TypicalWorkload
 from shared.core.framework import Profile, decide
 from shared.core.plugins.scorers import tessera
 from shared.core.registry import default_filters
-from shared.core.scarcity import NEGLIGIBLE, ShapeScarcity, demand_groups, poisson_tails
+from shared.core.scarcity import NEGLIGIBLE, ShapeScarcity, poisson_tails
 from shared.core.task import TaskShape
 from tests.unit.builders import cluster, node, task
 
@@ -86,7 +86,7 @@ def test_slots_are_kept_current_as_nodes_fill() -> None:
         assert (scarcity.supply == fresh.sum(axis=0)).all()
         # The costs skip shapes by a bound; they equal the exact tail wherever it counts.
         horizon = min(c.gpu_free.sum() / scarcity._gpu_per_pod, c.cpu_free.sum() / scarcity._cpu_per_pod)
-        tails = poisson_tails((scarcity.group @ scarcity.freq) * horizon, scarcity.supply)
+        tails = poisson_tails(scarcity.freq * horizon, scarcity.supply)
         exact = np.where((tails >= NEGLIGIBLE) & (scarcity.supply > 0), tails * scarcity.gpu, 0.0)
         assert scarcity.costs(c) == pytest.approx(exact, abs=1e-9)
         seen += int(exact.any())
@@ -113,66 +113,3 @@ def test_the_cost_rises_as_a_shapes_last_slots_go() -> None:
         c.place(n, SMALL, (0,))  # the node can no longer hold the large shape
     assert costs[0] < costs[1] < costs[2] <= 8_000
     assert scarcity.costs(c)[large] == 0  # no slot left to lose
-
-
-def test_pods_that_take_exactly_one_slot_of_a_shape_share_its_pool() -> None:
-    mid, wide = task(cpu=88_000, gpus=8), task(cpu=64_000, gpus=8)
-    pinned = task(cpu=8_000, gpus=1, models=("G3",))
-    more_cpu = task(cpu=16_000, gpus=1)
-    tiny = task(cpu=8_000, gpus=1, milli=300)
-    workload = TypicalWorkload.from_tasks(
-        [LARGE, mid, wide, SMALL, more_cpu, pinned, SHARE, tiny], coverage=1.0
-    )
-    nodes = [node("g3", cpu=128_000, model="G3"), node("g2", cpu=96_000, model="G2")]
-    model = FragmentationModel(workload, cluster(*nodes).models)
-    group = demand_groups(model, cluster(*nodes))
-    at = ShapeScarcity(model, workload, cluster(*nodes)).own
-    # No node holds two 8-GPU tasks, so an 8-GPU pod of 120 cores takes the one slot of the 88-
-    # and 64-core shapes where it lands; never the reverse (they fit where it does not).
-    assert group[at(wide), at(mid)] == group[at(wide), at(LARGE)] == group[at(mid), at(LARGE)] == 1
-    assert group[at(LARGE), at(mid)] == group[at(mid), at(wide)] == 0
-    # A 1-GPU pod pinned to G3 asks what the 8-core 1-GPU shape asks: one slot of it, anywhere.
-    assert group[at(SMALL), at(pinned)] == 1 and group[at(pinned), at(SMALL)] == 0
-    # One of 16 cores may take two 8-core slots where CPU runs short (a node holds eight): apart.
-    assert group[at(SMALL), at(more_cpu)] == 0
-    # Other GPUs (a share, 8 GPUs) are another pool, whatever the CPU.
-    assert group[at(SMALL), at(LARGE)] == group[at(SMALL), at(SHARE)] == group[at(tiny), at(SHARE)] == 0
-    assert (np.diag(group) == 1).all()
-    # A 16-GPU node holds two 8-GPU tasks: there a 120-core pod may take both 88-core slots.
-    hgx = cluster(*nodes, node("hgx", cpu=256_000, gpus=16, model="G3"))
-    model = FragmentationModel(workload, hgx.models)
-    assert demand_groups(model, hgx)[at(mid), at(LARGE)] == 0
-
-
-def test_a_rarer_harder_shape_adds_its_demand_to_the_slots_it_shares() -> None:
-    # The 88-core shape has 4 slots (every node) and a 120-core pod takes one of them: by its own
-    # popularity alone the 88-core slots look safe; with the 120-core pods that will also need them,
-    # they are not.  A 120-core task placed uses an 88-core slot and destroys none.
-    mid = task(cpu=88_000, gpus=8)
-    workload = TypicalWorkload.from_tasks([SMALL] * 40 + [mid] * 2 + [LARGE] * 2, coverage=1.0)
-    c = cluster(
-        *[node(f"g3-{i}", cpu=128_000) for i in range(2)], *[node(f"g2-{i}", cpu=96_000) for i in range(2)]
-    )
-    model = FragmentationModel(workload, c.models)
-    scarcity = ShapeScarcity(model, workload, c)
-    cost = scarcity.costs(c)
-    m, large = scarcity.own(mid), scarcity.own(LARGE)
-    horizon = min(c.gpu_free.sum() / scarcity._gpu_per_pod, c.cpu_free.sum() / scarcity._cpu_per_pod)
-    alone = poisson_tails(np.array([scarcity.freq[m] * horizon]), np.array([4]))[0]
-    pooled = poisson_tails(np.array([(scarcity.freq[m] + scarcity.freq[large]) * horizon]), np.array([4]))[0]
-    assert pooled > alone
-    assert cost[m] == pytest.approx(pooled * 8_000)
-    node0 = np.array([0])
-    after_cpu, after_gpu = (
-        c.cpu_free[node0] - LARGE.cpu_milli,
-        np.zeros((1, c.gpu_free.shape[1]), dtype=np.int64),
-    )
-    lost = scarcity.loss(cost, node0, after_cpu, after_gpu, c.model_idx[node0], large)
-    # Its own slot and the 88-core slot it takes are used; the eight 1-GPU slots are destroyed.
-    assert lost[0] == pytest.approx(8 * cost[scarcity.own(SMALL)])
-    one_used = c.gpu_free[node0].copy()
-    one_used[0, 0] = 0
-    lost = scarcity.loss(
-        cost, node0, c.cpu_free[node0] - 8_000, one_used, c.model_idx[node0], scarcity.own(SMALL)
-    )
-    assert lost[0] == pytest.approx(cost[m] + cost[large])  # a 1-GPU task destroys both 8-GPU slots
