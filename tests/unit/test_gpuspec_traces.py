@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "loadtests" / "traces" / "make_gpuspec.py"
-FOLDER = ROOT / "loadtests" / "traces" / "gpuspec"
+from tests.unit.trace_scripts import TRACES, csv_bytes, load_script
+
+FOLDER = TRACES / "gpuspec"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_gpuspec", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_gpuspec")
 
 
 def test_the_script_remakes_a_committed_variant_byte_for_byte(tmp_path: Path) -> None:
@@ -25,12 +20,8 @@ def test_the_script_remakes_a_committed_variant_byte_for_byte(tmp_path: Path) ->
     header, rows = m.make(
         m.OPENB / "openb_pod_list_default.csv", m.OPENB / "openb_node_list_gpu_node.csv", 0.2, 2, 8.0
     )
-    out = tmp_path / "v.csv"
-    with out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    assert out.read_bytes() == (FOLDER / "openb_pod_list_gpuspec20-g2.csv").read_bytes()
+    made = csv_bytes(header, rows, tmp_path / "v.csv")
+    assert made == (FOLDER / "openb_pod_list_gpuspec20-g2.csv").read_bytes()
 
 
 def test_each_variant_constrains_its_share_of_gpu_pods_and_only_to_models_that_can_hold_them() -> None:

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "loadtests" / "traces" / "make_multigpu.py"
-FOLDER = ROOT / "loadtests" / "traces" / "multigpu"
-DEFAULT = ROOT / "loadtests" / "traces" / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+from tests.unit.trace_scripts import TRACES, csv_bytes, load_script
+
+FOLDER = TRACES / "multigpu"
+DEFAULT = TRACES / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_multigpu", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_multigpu")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -30,12 +25,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def test_the_script_remakes_a_committed_variant_byte_for_byte(tmp_path: Path) -> None:
     m = _module()
     header, rows = m.make(DEFAULT, 0.5, 2)
-    out = tmp_path / "v.csv"
-    with out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    assert out.read_bytes() == (FOLDER / "openb_pod_list_multigpu50-g2.csv").read_bytes()
+    made = csv_bytes(header, rows, tmp_path / "v.csv")
+    assert made == (FOLDER / "openb_pod_list_multigpu50-g2.csv").read_bytes()
 
 
 def test_each_variant_asks_its_share_of_gpu_from_multi_gpu_pods_drawn_from_the_default_trace() -> None:
