@@ -26,13 +26,12 @@ import logging
 import os
 import time
 import zlib
-from dataclasses import dataclass, field
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.placement.handlers import plan, shard_mask
-from shared import metrics
+from services.placement.stats import PlacementStats
 from shared.bus.consumer import commit_or_yield
 from shared.bus.gather import gather_pause
 from shared.core.cluster import BoolArray
@@ -57,15 +56,6 @@ from shared.state.readiness import mark_ready
 from shared.state.snapshot import SnapshotBuilder
 
 log = logging.getLogger("tessera.placement")
-
-
-@dataclass
-class Stats:
-    placements: int = 0
-    conflicts: int = 0
-    cycles: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "append": 0.0, "catch_up": 0.0})
 
 
 class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -140,7 +130,7 @@ class Worker:
         self.shard = shard
         self._preferred: tuple[tuple[str, ...], BoolArray | None] | None = None
         self.view = ClusterView(rotation=zlib.crc32(name.encode()))
-        self.stats = Stats()
+        self.stats = PlacementStats()
         self.work = WorkItems()
         self._profile: Profile | None = None
         self._config: CycleConfig | None = None
@@ -312,12 +302,8 @@ class Worker:
                 await catch_up_when_available(self.view, store, stop)
                 await asyncio.sleep(0.5)
                 continue
-            self.stats.cycles += 1
             t1 = time.perf_counter()
-            self.stats.seconds["plan"] += t1 - t0
-            metrics.PLACEMENT_CYCLES.inc()
-            metrics.PLACEMENT_CYCLE_SECONDS.observe(t1 - t0)
-            metrics.PENDING_JOBS.set(len(self.view.pending_ids()))
+            self.stats.cycle(t1 - t0, len(self.view.pending_ids()))
             if not decision.events:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue
@@ -332,28 +318,19 @@ class Worker:
                         functools.partial(store.append, events, expected), "placing", stop=stop
                     )
                 except ConcurrencyError as exc:
-                    self.stats.conflicts += 1
-                    metrics.PLACEMENT_CONFLICTS.inc()
+                    self.stats.conflict()
                     log.info("conflict on %s", dict(list(exc.conflicts.items())[:3]))
                     conflicted = True
                     break  # the rest was planned on top of this chunk: re-plan it
                 # Our own placements count at once; the log brings them back later, skipped.
                 self.view.apply_ahead(recorded)
                 now = time.time()
-                for job in placed:
-                    waited = now - self.view.jobs[job].admitted_time
-                    self.stats.latencies_ms.append(1000 * waited)
-                    metrics.PLACEMENT_LATENCY_SECONDS.observe(waited)
-                self.stats.placements += len(placed)
-                metrics.PLACEMENTS.inc(len(placed))
-                for event in events:
-                    if event.stream.startswith("job-"):  # once per event, not per stream it goes to
-                        metrics.PLACEMENT_EVENTS.labels(event.type).inc()
+                self.stats.placed((now - self.view.jobs[job].admitted_time for job in placed), events)
             t2 = time.perf_counter()
-            self.stats.seconds["append"] += t2 - t1
+            self.stats.spent("append", t2 - t1)
             if conflicted:  # another writer moved a node we used: see what it did before planning again
                 await catch_up_when_available(self.view, store, stop)
-            self.stats.seconds["catch_up"] += time.perf_counter() - t2
+            self.stats.spent("catch_up", time.perf_counter() - t2)
 
     async def _sleep_until_change(self, follower: EventFollower, timeout: float) -> None:
         follower.changed.clear()
@@ -406,7 +383,6 @@ class Worker:
     def _dump_stats(self, final: bool = False) -> None:
         folder = self.settings.stats_dir
         folder.mkdir(parents=True, exist_ok=True)
-        lat = np.array(self.stats.latencies_ms) if self.stats.latencies_ms else np.zeros(1)
         # The digest hashes the whole view (tens of ms on a big cluster): it is taken only once the
         # view has been still for a whole stats period, so a busy worker never pays it per second.
         position = self.view.position
@@ -416,12 +392,7 @@ class Worker:
         self._dumped_at = position
         body = {
             "worker": self.name,
-            "placements": self.stats.placements,
-            "conflicts": self.stats.conflicts,
-            "cycles": self.stats.cycles,
-            "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
-            "latency_p99_ms": round(float(np.percentile(lat, 99)), 1),
-            "seconds": {k: round(v, 2) for k, v in self.stats.seconds.items()},
+            **self.stats.report(),
             "folded": position,
             "position": self._digest[0],  # where ``digest`` was taken
             "digest": self._digest[1],
