@@ -21,6 +21,18 @@ placed once the cluster is full).  While slots are plentiful the cost is zero (`
 negligible), so on most placements nothing changes; it grows as a shape's last slots go, and it
 is the slot holders' *scarcity*, not the shape's popularity, that sets it.  The slots a task
 takes for its own shape are not a cost: they are used, not destroyed.
+
+Shapes that compete for the very same slots are one pool.  The default trace's 8-GPU pods of
+120 and of 120.2 cores are two typical shapes, and each fits once on each of the 39 nodes with
+128 cores and nowhere else: a pod of either takes the node's one slot of both.  Counted apart,
+each shape's demand was set against the full count of slots: on multigpu50-g2 (seed 48, 30%
+arrived) 16 and 12 pods to come, each against 27 slots, so P(N >= K) was below 1%, and a
+4-GPU, 60-core pod took a 128-core node for a tighter pack; together 28 pods come for 27 slots.
+So shapes that ask the same GPUs and fit at most once per node, on the same nodes, form one pool
+(:func:`equivalent_shapes`), whose first shape carries its demand and its cost, once.  That is
+Hall's condition where two shapes' slot sets are the same; shapes whose slot sets only nest
+(an 88-core 8-GPU pod also fits the 128-core nodes, and more) are kept apart
+(docs/results/default/history.md says why).
 """
 
 from __future__ import annotations
@@ -55,6 +67,27 @@ def poisson_tails(means: FloatArray, ks: IntArray) -> FloatArray:
     return result
 
 
+def equivalent_shapes(model: FragmentationModel, cluster: ClusterState) -> IntArray:
+    """Per typical GPU shape, the first shape of its pool: the shapes that take exactly the same
+    slots as it, so that a task of any of them uses up one slot of every one.
+
+    Two shapes are in one pool if they ask the same GPUs, fit equally often on every empty node,
+    and at most once: then no node holds one task of each (it would need the GPUs of two, and
+    the CPU of two of the smaller), so a task placed takes the node's one slot of both.  Shapes
+    that ask the same CPU as well fit equally often in every state wherever both accept the GPU
+    model, so equal counts on empty nodes put them in one pool at any count."""
+    empty = model.fits(cluster.cpu_cap, cluster.gpu_cap, cluster.model_idx)
+    first: dict[tuple[object, ...], int] = {}
+    rep = np.arange(model.t_freq.size, dtype=np.int64)
+    for t in range(rep.size):
+        column = empty[:, t]
+        key: tuple[object, ...] = (int(model.t_thr[t]), int(model.t_num[t]), column.tobytes())
+        if column.size and int(column.max()) > 1:
+            key = (int(model.t_cpu[t]), *key)
+        rep[t] = first.setdefault(key, t)
+    return rep
+
+
 class ShapeScarcity:
     """Slots per node and typical GPU shape, kept current by node version, and the cost per slot."""
 
@@ -62,6 +95,11 @@ class ShapeScarcity:
         """``model`` must be built from ``workload`` (its GPU shapes in the workload's order)."""
         self.model = model
         self.freq = model.t_freq  # popularity among all tasks (CPU-only ones included)
+        # Shapes with equal slots are one pool: its first shape carries the pool's popularity.
+        self.rep = equivalent_shapes(model, cluster)
+        self.pooled: FloatArray = np.bincount(self.rep, weights=self.freq, minlength=self.freq.size).astype(
+            np.float64
+        )
         self.gpu = model.t_gpu.astype(np.float64)
         # What the mean pod takes (CPU-only pods included): the cluster is full when either runs out.
         self._gpu_per_pod = float((workload.freq * workload.num_gpu * workload.gpu_milli).sum())
@@ -93,7 +131,7 @@ class ShapeScarcity:
         horizon = float(cluster.gpu_free.sum()) / self._gpu_per_pod
         if self._cpu_per_pod > 0:
             horizon = min(horizon, float(cluster.cpu_free.sum()) / self._cpu_per_pod)
-        means = self.freq * horizon
+        means = self.pooled * horizon  # 0 for a pool's other shapes: their cost is the first's
         # Only shapes whose tail may reach NEGLIGIBLE, by the Chernoff bound
         # P(N >= k) <= exp(-m) (e m / k)^k for k > m (skipping the others changes no cost); a
         # shape without a slot left has nothing to lose.
@@ -107,8 +145,10 @@ class ShapeScarcity:
         return out
 
     def own(self, task: TaskShape) -> int:
-        """The typical shape ``task`` is (-1: none): its own slots are used, not destroyed."""
-        return self._shapes.get((task.cpu_milli, task.gpu_milli, task.num_gpu, task.gpu_models), -1)
+        """The pool ``task`` takes its slot from (its typical shape's first equal; -1: none):
+        that slot is used, not destroyed."""
+        t = self._shapes.get((task.cpu_milli, task.gpu_milli, task.num_gpu, task.gpu_models), -1)
+        return int(self.rep[t]) if t >= 0 else -1
 
     def loss(
         self,

@@ -11,7 +11,7 @@ from shared.core.fragmentation import FragmentationModel, TypicalWorkload
 from shared.core.framework import Profile, decide
 from shared.core.plugins.scorers import tessera
 from shared.core.registry import default_filters
-from shared.core.scarcity import NEGLIGIBLE, ShapeScarcity, poisson_tails
+from shared.core.scarcity import NEGLIGIBLE, ShapeScarcity, equivalent_shapes, poisson_tails
 from shared.core.task import TaskShape
 from tests.unit.builders import cluster, node, task
 
@@ -86,7 +86,7 @@ def test_slots_are_kept_current_as_nodes_fill() -> None:
         assert (scarcity.supply == fresh.sum(axis=0)).all()
         # The costs skip shapes by a bound; they equal the exact tail wherever it counts.
         horizon = min(c.gpu_free.sum() / scarcity._gpu_per_pod, c.cpu_free.sum() / scarcity._cpu_per_pod)
-        tails = poisson_tails(scarcity.freq * horizon, scarcity.supply)
+        tails = poisson_tails(scarcity.pooled * horizon, scarcity.supply)
         exact = np.where((tails >= NEGLIGIBLE) & (scarcity.supply > 0), tails * scarcity.gpu, 0.0)
         assert scarcity.costs(c) == pytest.approx(exact, abs=1e-9)
         seen += int(exact.any())
@@ -113,3 +113,56 @@ def test_the_cost_rises_as_a_shapes_last_slots_go() -> None:
         c.place(n, SMALL, (0,))  # the node can no longer hold the large shape
     assert costs[0] < costs[1] < costs[2] <= 8_000
     assert scarcity.costs(c)[large] == 0  # no slot left to lose
+
+
+def test_shapes_that_take_the_same_one_slot_per_node_are_one_pool() -> None:
+    # openb's 8-GPU pods of 120 and of 120.2 cores each fit once on a 128-core node and nowhere
+    # else: a pod of either takes the slot of both.  An 88-core 8-GPU pod also fits the 96-core
+    # nodes (its slots only contain theirs), and 1-GPU pods of 4 and 5 cores fit several times a
+    # node: neither joins a pool.
+    large_b = task(cpu=120_200, gpus=8)
+    wide_ish = task(cpu=88_000, gpus=8)
+    one_a, one_b = task(cpu=4_000, gpus=1), task(cpu=5_000, gpus=1)
+    shapes = [LARGE, large_b, wide_ish, one_a, one_b, task(cpu=4_000, gpus=1, models=("T4",))]
+    workload = TypicalWorkload.from_tasks(shapes, coverage=1.0)
+    c = cluster(node("wide", cpu=128_000, gpus=8), node("narrow", cpu=96_000, gpus=8))
+    model = FragmentationModel(workload, c.models)
+    rep = equivalent_shapes(model, c)
+    scarcity = ShapeScarcity(model, workload, c)
+    of = {t: scarcity._shapes[(t.cpu_milli, t.gpu_milli, t.num_gpu, t.gpu_models)] for t in shapes}
+    assert rep[of[LARGE]] == rep[of[large_b]]
+    assert len({int(rep[of[t]]) for t in shapes}) == len(shapes) - 1
+    # The pool's first shape carries both shapes' popularity; a task of either uses its slot.
+    first = int(rep[of[LARGE]])
+    assert scarcity.pooled[first] == pytest.approx(scarcity.freq[of[LARGE]] + scarcity.freq[of[large_b]])
+    assert scarcity.own(LARGE) == scarcity.own(large_b) == first
+
+
+def test_a_pool_is_priced_on_its_joint_demand_and_charged_once() -> None:
+    # 40 nodes of 128 cores; two 120-core-ish shapes, each alone well under the 40 slots, together
+    # over them.  Apart, neither looked scarce; pooled, a slot destroyed costs one 8-GPU pod's
+    # failure times P(both shapes' pods >= slots), and only once.
+    large_b = task(cpu=120_200, gpus=8)
+    share = task(cpu=1_000, gpus=1, milli=500)
+    workload = TypicalWorkload.from_tasks([share] * 900 + [LARGE] * 50 + [large_b] * 50, coverage=1.0)
+    c = cluster(*[node(f"wide{i}", cpu=128_000, gpus=8) for i in range(40)])
+    model = FragmentationModel(workload, c.models)
+    scarcity = ShapeScarcity(model, workload, c)
+    cost = scarcity.costs(c)
+    first = scarcity.own(LARGE)
+    horizon = min(c.gpu_free.sum() / scarcity._gpu_per_pod, c.cpu_free.sum() / scarcity._cpu_per_pod)
+    alone = poisson_tails(scarcity.freq[[first]] * horizon, scarcity.supply[[first]])[0]
+    joint = poisson_tails(scarcity.pooled[[first]] * horizon, scarcity.supply[[first]])[0]
+    assert alone < NEGLIGIBLE < joint  # apart it would cost nothing
+    assert cost[first] == pytest.approx(joint * 8_000)
+    assert np.count_nonzero(cost) == 1  # the pool's other shape carries no second cost
+    # A 1-GPU share placed on an empty node destroys the node's one pooled slot: charged once.
+    lost = scarcity.loss(
+        cost,
+        np.array([0]),
+        np.array([c.cpu_free[0] - share.cpu_milli]),
+        np.array([[500] + [1000] * 7]),
+        c.model_idx[[0]],
+        scarcity.own(share),
+    )
+    assert lost[0] == pytest.approx(joint * 8_000)
