@@ -109,6 +109,14 @@ def make(
     return header, rows
 
 
+def write(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
+    """The variant as a CSV in the trace's own layout (the tests remake committed files with it)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=Path, default=OPENB / "openb_pod_list_default.csv")
@@ -123,10 +131,7 @@ def main() -> None:
         for pct in (int(f) for f in args.fractions.split(",")):
             header, rows = make(args.pods, args.nodes, pct / 100, seed, args.concentration)
             path = args.out / f"openb_pod_list_gpuspec{pct:02d}-g{seed}.csv"
-            with path.open("w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-                writer.writeheader()
-                writer.writerows(rows)
+            write(path, header, rows)
             specs = [r["gpu_spec"] for r in rows if r["gpu_spec"]]
             print(f"{path.name}: {len(specs)} constrained GPU pods, {len(set(specs))} distinct gpu_spec")
 

@@ -59,6 +59,14 @@ def make(pods: Path, fraction: float, seed: int) -> tuple[list[str], list[dict[s
     return header, out
 
 
+def write(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
+    """The variant as a CSV in the trace's own layout (the tests remake committed files with it)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=Path, default=OPENB / "openb_pod_list_default.csv")
@@ -71,10 +79,7 @@ def main() -> None:
         for pct in (int(f) for f in args.fractions.split(",")):
             header, rows = make(args.pods, pct / 100, seed)
             path = args.out / f"openb_pod_list_multigpu{pct:02d}-g{seed}.csv"
-            with path.open("w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-                writer.writeheader()
-                writer.writerows(rows)
+            write(path, header, rows)
             total = sum(gpu_milli(r) for r in rows)
             big = sum(gpu_milli(r) for r in rows if int(r["num_gpu"]) > 1)
             count = sum(1 for r in rows if int(r["num_gpu"]) > 1)

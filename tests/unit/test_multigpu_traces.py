@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
-from tests.unit.trace_scripts import TRACES, csv_bytes, load_script
+from tests.unit.trace_scripts import TRACES, load_script
 
 FOLDER = TRACES / "multigpu"
 DEFAULT = TRACES / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
@@ -25,8 +25,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def test_the_script_remakes_a_committed_variant_byte_for_byte(tmp_path: Path) -> None:
     m = _module()
     header, rows = m.make(DEFAULT, 0.5, 2)
-    made = csv_bytes(header, rows, tmp_path / "v.csv")
-    assert made == (FOLDER / "openb_pod_list_multigpu50-g2.csv").read_bytes()
+    m.write(tmp_path / "v.csv", header, rows)
+    assert (tmp_path / "v.csv").read_bytes() == (FOLDER / "openb_pod_list_multigpu50-g2.csv").read_bytes()
 
 
 def test_each_variant_asks_its_share_of_gpu_from_multi_gpu_pods_drawn_from_the_default_trace() -> None:

@@ -1,8 +1,7 @@
-"""Loading the trace-variant scripts of ``loadtests/traces`` and writing what they make, as they do."""
+"""Loading the trace-variant scripts of ``loadtests/traces`` (the folder is not a package)."""
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -17,12 +16,3 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def csv_bytes(header: list[str], rows: list[dict[str, str]], path: Path) -> bytes:
-    """The bytes the scripts write for ``rows``."""
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return path.read_bytes()
