@@ -39,6 +39,7 @@ from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile, check_options
+from shared.core.workload_watch import Relearning
 from shared.eventstore import ConcurrencyError, StoreUnavailableError
 from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
 from shared.eventstore.retry import until_available
@@ -135,7 +136,7 @@ class Worker:
         self._profile: Profile | None = None
         self._config: CycleConfig | None = None
         self.snapshots = SnapshotBuilder()
-        self._profile_key: tuple[tuple[str, ...], int] | None = None
+        self._relearning = Relearning()
         self._wake = asyncio.Event()
         self._digest: tuple[int, str] = (-1, "")  # (position, digest of the view there)
         self._dumped_at = -1
@@ -143,25 +144,22 @@ class Worker:
         self._grow_at: tuple[int, float] = (-1, 0.0)  # (view position, time) of the last growth cycle
 
     def profile(self) -> Profile:
-        """The policy, rebuilt when nodes change or the seen workload grew fourfold (a rebuild
-        drops the scorer's caches, so it must stay rare)."""
+        """The policy, relearnt when ``Relearning`` says so: the nodes changed, the seen workload
+        grew fourfold, or a pending job needs nodes that no job learnt from needs.  A rebuild
+        drops the scorer's caches, so it must stay rare."""
         cluster = self.view.cluster
         assert cluster is not None
         jobs = len(self.view.jobs)
-        key = (cluster.names, jobs)
-        if (
-            self._profile is None
-            or self._profile_key is None
-            or self._profile_key[0] != cluster.names
-            or jobs >= 4 * max(16, self._profile_key[1])
-        ):
+        pending = (self.view.jobs[j].shape for j in self.view.pending_ids())
+        why = self._relearning.due(cluster.names, jobs, pending)
+        if self._profile is None or why is not None:
             shapes = [j.shape for j in self.view.jobs.values()] or [j.shape for j in self.view.pending()]
             workload = TypicalWorkload.from_tasks(shapes) if shapes else None
             if workload is None:
                 raise RuntimeError("no jobs to learn the workload from")
             self._profile = build_profile(self.policy, workload, self.settings.scorer_options)
-            log.info("policy %s learnt from %d jobs on %d nodes", self.policy, jobs, cluster.size)
-            self._profile_key = key
+            self._relearning.learnt(cluster, jobs, shapes)
+            log.info("policy %s learnt from %d jobs on %d nodes (%s)", self.policy, jobs, cluster.size, why)
         return self._profile
 
     def config(self) -> CycleConfig:
