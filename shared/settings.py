@@ -85,6 +85,13 @@ class Settings(BaseSettings):
         "newer objects (measured pauses of 100-430 ms otherwise); this often everything is unfrozen and "
         "revisited once",
     )
+    keep_ended_jobs: int = Field(
+        10_000,
+        ge=100,
+        description="services: ended jobs (finished, failed, cancelled) each service keeps in memory, the "
+        "last to end; older ones live on in the event log only (without a bound a service's memory and "
+        "snapshots grew with every job ever run)",
+    )
     snapshot_every: int = Field(
         50_000,
         ge=100,

@@ -168,7 +168,7 @@ class Agent:
         await service_topics(s)
         store = await PostgresEventStore.connect(s.database_url, max_size=6, wait_s=s.start_wait_s)
         self.store = store
-        self.view = await restore(store)  # snapshot plus tail
+        self.view = await restore(store, keep_ended=self.settings.keep_ended_jobs)  # snapshot plus tail
         await self.register(store)
         for end in self.outbox.pending():  # ends a crash kept from the log: report them first
             await self._report(end)
@@ -242,9 +242,12 @@ class Agent:
         to_start: list[tuple[JobRecord, TaskBinding]] = []
         for job_id in job_ids:
             record = self.view.jobs.get(job_id)
-            if record is None:
-                continue
             held = self._mine.get(job_id)
+            if record is None:  # never seen, or ended long enough ago that the view let it go
+                if held is not None:
+                    self._mine.pop(job_id, None)
+                    self.runtime.stop(job_id)
+                continue
             if held is not None and (record.state not in ACTIVE or held[0] != record.status.attempt):
                 # Cancelled, ended, or its attempt is over (requeued while this agent was cut off):
                 # nothing of that attempt may go on running here.

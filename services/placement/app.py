@@ -149,7 +149,7 @@ class Worker:
         drops the scorer's caches, so it must stay rare."""
         cluster = self.view.cluster
         assert cluster is not None
-        jobs = len(self.view.jobs)
+        jobs = self.view.admitted
         pending = (self.view.jobs[j].shape for j in self.view.pending_ids())
         why = self._relearning.due(cluster.names, jobs, pending)
         if self._profile is None or why is not None:
@@ -159,7 +159,8 @@ class Worker:
                 raise RuntimeError("no jobs to learn the workload from")
             self._profile = build_profile(self.policy, workload, self.settings.scorer_options)
             self._relearning.learnt(cluster, jobs, shapes)
-            log.info("policy %s learnt from %d jobs on %d nodes (%s)", self.policy, jobs, cluster.size, why)
+            known, size = len(shapes), cluster.size
+            log.info("policy %s learnt from %d jobs on %d nodes (%s)", self.policy, known, size, why)
         return self._profile
 
     def config(self) -> CycleConfig:
@@ -217,7 +218,7 @@ class Worker:
         await service_topics(s)
         store = await PostgresEventStore.connect(s.database_url, max_size=4, wait_s=s.start_wait_s)
         restored_at = time.time()
-        self.view = await restore(store, self.view.rotation)  # snapshot plus tail
+        self.view = await restore(store, self.view.rotation, s.keep_ended_jobs)  # snapshot plus tail
         follower = await follow_log(self.view, store, s, restored_at)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap_servers,

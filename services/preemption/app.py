@@ -183,7 +183,7 @@ async def run(stop: asyncio.Event, settings: Settings | None = None) -> None:
     store = await PostgresEventStore.connect(settings.database_url, max_size=2, wait_s=settings.start_wait_s)
     leases = Leases(time.time())
     restored_at = time.time()
-    view = await restore(store)
+    view = await restore(store, keep_ended=settings.keep_ended_jobs)
     follower = await follow_log(view, store, settings, restored_at)
     tasks = [
         asyncio.create_task(follower.run(stop)),

@@ -20,7 +20,7 @@ the openb pod list).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -68,29 +68,32 @@ class WorkloadWatch:
 
 
 class Relearning:
-    """When a live worker relearns its typical workload from the jobs it has seen: first, when the
-    nodes change, when the jobs seen have grown ``growth``-fold, and (``watch_reach``) when a
-    pending job needs nodes that no shape learnt needs."""
+    """When a live worker relearns its typical workload from the jobs it knows: first, when the
+    nodes change, when as many jobs have come since as ``growth - 1`` times those it learnt from
+    (``growth``-fold while it knows every job; a view that lets old ended jobs go learns from a
+    window, and relearns as that window moves on), and (``watch_reach``) when a pending job needs
+    nodes that no shape learnt needs."""
 
     def __init__(self, growth: int = 4, floor: int = 16, watch_reach: bool = True) -> None:
         self.growth, self.floor, self.watch_reach = growth, floor, watch_reach
-        self._key: tuple[tuple[str, ...], int] | None = None  # (node names, jobs seen) when learnt
+        self._key: tuple[tuple[str, ...], int, int] | None = None  # (nodes, jobs come, jobs learnt from)
         self._watch: WorkloadWatch | None = None
 
     def due(self, names: tuple[str, ...], jobs: int, pending: Iterable[TaskShape]) -> str | None:
-        """Why the workload must be relearnt now (``None``: it need not).  ``pending`` is read only
-        when the cheaper reasons do not apply."""
+        """Why the workload must be relearnt now that ``jobs`` jobs have come (``None``: it need
+        not).  ``pending`` is read only when the cheaper reasons do not apply."""
         if self._key is None:
             return "first jobs"
-        if self._key[0] != names:
+        nodes, came, learnt = self._key
+        if nodes != names:
             return "the nodes changed"
-        if jobs >= self.growth * max(self.floor, self._key[1]):
+        if jobs - came + learnt >= self.growth * max(self.floor, learnt):
             return f"the jobs seen grew {self.growth}-fold"
         if self._watch is not None and (novel := self._watch.novel(pending)) is not None:
             return f"a job of shape {novel} needs nodes no seen job needed"
         return None
 
-    def learnt(self, cluster: ClusterState, jobs: int, shapes: Iterable[TaskShape]) -> None:
-        """The workload was just learnt from ``jobs`` jobs of these shapes on ``cluster``."""
-        self._key = (cluster.names, jobs)
+    def learnt(self, cluster: ClusterState, jobs: int, shapes: Sequence[TaskShape]) -> None:
+        """The workload was just learnt from ``shapes`` (one per job known) when ``jobs`` had come."""
+        self._key = (cluster.names, jobs, len(shapes))
         self._watch = WorkloadWatch(cluster, shapes) if self.watch_reach else None

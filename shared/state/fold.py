@@ -11,6 +11,7 @@ which placement sends back as its expected versions.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -142,8 +143,15 @@ class ClusterView:
     the first node in that order, so placement workers with different rotations pack different
     regions of the cluster first and rarely touch the same node at once (fewer conflicts)."""
 
-    def __init__(self, rotation: int = 0) -> None:
+    def __init__(self, rotation: int = 0, keep_ended: int | None = None) -> None:
         self.rotation = rotation
+        # How many ended jobs (finished, failed, cancelled) stay in ``jobs``: those that ended
+        # last, by the log position of their end (None: all).  A long-lived service would
+        # otherwise hold every job it ever saw; nothing in a view reads an ended job's record
+        # but the reports (``tessera status``) and the workload a placement worker learns.
+        self.keep_ended = keep_ended
+        self._ended: list[tuple[int, str]] = []  # heap: (position of the end, job) of ended jobs kept
+        self.admitted = 0  # jobs ever admitted, those no longer kept included
         self.position = 0
         self.inventories: dict[str, NodeInventory] = {}
         self.stream_versions: dict[str, int] = {}
@@ -188,8 +196,14 @@ class ClusterView:
         if position in self._ahead:
             self._ahead.discard(position)  # folded early by apply_ahead: only the watermark moves
             return False
-        self.stream_versions[stream] = version
+        self._version(stream, version)
         return True
+
+    def _version(self, stream: str, version: int) -> None:
+        # Only node versions are read (appends expect them); a job's version is on its record,
+        # and keeping those of every job and task stream ever written grew without bound.
+        if stream.startswith("node-"):
+            self.stream_versions[stream] = version
 
     def apply_ahead(self, events: Iterable[RecordedEvent]) -> None:
         """Fold this process's own just-appended events before the log delivers them.
@@ -205,7 +219,7 @@ class ClusterView:
             if event.position <= self.position or event.position in self._ahead:
                 continue
             self._ahead.add(event.position)
-            self.stream_versions[event.stream] = event.version
+            self._version(event.stream, event.version)
             self._fold_body(event)
 
     def is_ahead(self, position: int) -> bool:
@@ -274,6 +288,7 @@ class ClusterView:
                     queued_time=at,
                 )
                 self._index(job_id, "pending")
+                self.admitted += 1
             return
         if record is None:
             return
@@ -305,6 +320,8 @@ class ClusterView:
                 if after.phase == Phase.FINISHED and record.started:
                     run_s = event.recorded_at.timestamp() - min(record.started.values())
                     self.estimator.observe(core_job(record), max(0.0, run_s))
+                if after.terminal:
+                    self._ended_at(job_id, event.position)
             return
         if kind == "JobReserved":
             # When it was first held (the cycle offers holders in that order): the log's time.
@@ -363,6 +380,20 @@ class ClusterView:
         elif kind == "JobCancelled":
             self._end_attempt(job_id, record, event.recorded_at.timestamp())
             self._move(job_id, record, "cancelled")
+            self._ended_at(job_id, event.position)
+
+    def _ended_at(self, job_id: str, position: int) -> None:
+        """Keep the ``keep_ended`` jobs that ended last, by log position: the same ones in every
+        view of the same log, whatever order it folded its own appends in."""
+        if self.keep_ended is None:
+            return
+        heapq.heappush(self._ended, (position, job_id))
+        while len(self._ended) > self.keep_ended:
+            _, old = heapq.heappop(self._ended)
+            self.jobs.pop(old, None)
+            self._changed[old] = None  # consumers look it up, find it gone, and drop it
+            for feed in self._feeds.values():
+                feed[old] = None
 
     def _end_attempt(self, job_id: str, record: JobRecord, now: float) -> None:
         """Free every task of the current placement and forget it (preemption, cancel)."""
@@ -539,7 +570,7 @@ class ClusterView:
 
 
 SNAPSHOT_NAME = "cluster-view"
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4  # 4: ended jobs kept (by where they ended), jobs admitted; node versions only
 
 
 def to_snapshot(view: ClusterView) -> dict[str, Any]:
@@ -579,6 +610,8 @@ def to_snapshot(view: ClusterView) -> dict[str, Any]:
         "conditions": {n: dataclasses.asdict(c) for n, c in view.conditions.items()},
         "queues": view.queues.model_dump(mode="json", by_alias=True) if view.queues is not None else None,
         "estimator": view.estimator.to_json(),
+        "ended": [[position, job_id] for position, job_id in sorted(view._ended)],
+        "admitted": view.admitted,
     }
 
 
@@ -610,13 +643,17 @@ def _status_from(raw: Mapping[str, Any]) -> JobStatus:
     )
 
 
-def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
-    """Rebuild a view from :func:`to_snapshot`; resources held by unfinished tasks are re-taken."""
+def from_snapshot(body: Mapping[str, Any], rotation: int = 0, keep_ended: int | None = None) -> ClusterView:
+    """Rebuild a view from :func:`to_snapshot`; resources held by unfinished tasks are re-taken.
+    A snapshot that kept more ended jobs than ``keep_ended`` is cut to the last ones, as the
+    fold would have; one that kept fewer cannot give back those it dropped (the view then keeps
+    fewer until as many more have ended)."""
     if body.get("snapshot_version") != SNAPSHOT_VERSION:
         raise ValueError(f"unknown snapshot version {body.get('snapshot_version')!r}")
-    view = ClusterView(rotation)
+    view = ClusterView(rotation, keep_ended)
     view.position = int(body["position"])
     view.stream_versions = {k: int(v) for k, v in body["stream_versions"].items()}
+    view.admitted = int(body["admitted"])
     for raw in body["inventories"]:
         inventory = NodeInventory.model_validate(raw)
         view.inventories[inventory.name] = inventory
@@ -653,6 +690,9 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0) -> ClusterView:
         view.jobs[job_id] = record
         view._index(job_id, record.state)
         view._changed[job_id] = None
+    if keep_ended is not None:
+        for position, job_id in body["ended"]:
+            view._ended_at(str(job_id), int(position))
     cluster = view.cluster
     if cluster is None:
         return view  # no node registered: nothing can be held

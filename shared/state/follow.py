@@ -40,10 +40,17 @@ def decode_envelope(raw: bytes) -> RecordedEvent:
     )
 
 
-async def restore(store: EventStore, rotation: int = 0) -> ClusterView:
-    """The view from the latest snapshot (if any) plus the log's tail after it."""
+async def restore(store: EventStore, rotation: int = 0, keep_ended: int | None = None) -> ClusterView:
+    """The view from the latest snapshot (if any) plus the log's tail after it.  A snapshot of
+    another format (written by an older release) is passed over: the whole log is replayed."""
     found = await store.load_snapshot(SNAPSHOT_NAME)
-    view = from_snapshot(found[1], rotation) if found is not None else ClusterView(rotation)
+    view = ClusterView(rotation, keep_ended)
+    if found is not None:
+        try:
+            view = from_snapshot(found[1], rotation, keep_ended)
+        except ValueError as exc:
+            log.warning("snapshot at position %d not used (%s): replaying the log", found[0], exc)
+            found = None
     tail = await catch_up(view, store)
     if found is not None:
         log.info("restored from a snapshot at position %d plus %d events", found[0], tail)

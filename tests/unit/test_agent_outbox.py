@@ -11,13 +11,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from schemas import JobSpec
-from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, TaskBinding
+from schemas.events import JobAdmitted, JobCancelled, JobPlaced, JobStarted, NodeRegistered, TaskBinding
 from schemas.node import GpuDevice, NodeInventory
 from services.agent.app import Agent
 from services.agent.runtime import SimulatedRuntime, TaskEnd
 from shared.eventstore import NewEvent, RecordedEvent, StoreUnavailableError
 from shared.eventstore.memory import InMemoryEventStore
 from shared.settings import Settings
+from shared.state.fold import ClusterView
 from shared.state.follow import catch_up
 from tests.store_faults import Faulty
 
@@ -177,3 +178,24 @@ async def test_a_stop_ends_a_claim_waiting_out_an_outage_and_nothing_is_claimed(
     with pytest.raises(StoreUnavailableError):  # the reconcile loop ends on it (``Agent.run``)
         await asyncio.wait_for(claiming, 1.0)
     assert not [e for e in await store.read_all(0, 100) if e.stream == "task-j-0"]
+
+
+async def test_a_task_of_a_job_the_view_let_go_is_stopped(tmp_path: Path) -> None:
+    """A view keeps only the last ended jobs (``keep_ended``); should a job end and be let go in
+    one batch, the agent still stops what it ran for it."""
+    store = InMemoryEventStore()
+    await _running_job(store, started=False)
+    inv = NodeInventory(name="n", cpu="8", memory="16Gi", gpus=[GpuDevice(index=0, model="T4")])
+    runtime = SimulatedRuntime(default_duration_s=3600.0)
+    agent = Agent(Settings(agent_state_dir=str(tmp_path)), [inv], runtime)
+    agent.store = store
+    agent.view = ClusterView(keep_ended=0)  # let every ended job go at once
+    await catch_up(agent.view, store)
+    await agent._act_on(store, ["j"])
+    assert runtime.running() == 1
+    cancelled = JobCancelled(job_id="j").model_dump(mode="json", by_alias=True)
+    await store.append([NewEvent("job-j", "JobCancelled", cancelled)], {"job-j": 3})
+    await catch_up(agent.view, store)
+    assert "j" not in agent.view.jobs
+    await agent._act_on(store, ["j"])
+    assert runtime.running() == 0

@@ -134,3 +134,101 @@ def test_own_events_folded_ahead_then_the_log_in_order_give_the_replayed_state(c
     view.apply_all(events[cut:])
     assert view.folded_ahead == 0
     assert digest(view) == digest(fold(events))
+
+
+def _many_ended(count: int) -> list[RecordedEvent]:
+    """One 1-GPU node; ``count`` jobs, each placed, started and finished in turn (every third
+    cancelled while waiting instead), then one left running."""
+    gpus = [GpuDevice(index=0, model="T4")]
+    events: list[tuple[str, object]] = [
+        ("node-a", NodeRegistered(inventory=NodeInventory(name="a", cpu="8", memory="16Gi", gpus=gpus)))
+    ]
+    binding = TaskBinding(task=0, node="a", gpus=[0], gpu_milli=1000, cpu_milli=1000, memory_mib=512)
+    for i in range(count + 1):
+        j = f"j{i}"
+        spec = JobSpec.model_validate(
+            {"id": j, "tenant": "t", "resources": {"cpu": "1", "nvidia.com/gpu": 1}}
+        )
+        events.append((f"job-{j}", JobAdmitted(spec=spec)))
+        if i % 3 == 2 and i < count:
+            events.append((f"job-{j}", JobCancelled(job_id=j)))
+            continue
+        placed = JobPlaced(job_id=j, bindings=[binding], policy="tessera", node_versions={})
+        events += [(f"job-{j}", placed), ("node-a", placed), (f"job-{j}", JobStarted(job_id=j, node="a"))]
+        if i < count:
+            events.append((f"job-{j}", JobFinished(job_id=j, node="a")))
+    versions: dict[str, int] = {}
+    out = []
+    for position, (stream, event) in enumerate(events, start=1):
+        versions[stream] = versions.get(stream, 0) + 1
+        data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
+        out.append(RecordedEvent(position, stream, versions[stream], data["type"], data, {}, NOW))
+    return out
+
+
+def test_a_view_keeps_only_the_jobs_that_ended_last() -> None:
+    view = ClusterView(keep_ended=4)
+    view.apply_all(_many_ended(30))
+    ended = {j: r.state for j, r in view.jobs.items() if j != "j30"}
+    assert ended == {"j26": "cancelled", "j27": "finished", "j28": "finished", "j29": "cancelled"}
+    assert view.jobs["j30"].state == "running"  # what runs or waits is never let go
+    assert view.admitted == 31
+    assert view.cluster is not None and view.cluster.used_gpu_milli() == 1000
+    # Only node versions are kept: 31 jobs' streams left no trace.
+    assert set(view.stream_versions) == {"node-a"}
+
+
+def test_a_late_event_of_a_job_let_go_changes_nothing() -> None:
+    events = _many_ended(10)
+    view = ClusterView(keep_ended=2)
+    view.apply_all(events)
+    before = {k: v for k, v in view.summary().items() if k != "position"}
+    late = JobFinished(job_id="j0", node="a").model_dump(mode="json", by_alias=True)
+    assert view.apply(RecordedEvent(len(events) + 1, "job-j0", 99, "JobFinished", late, {}, NOW))
+    assert "j0" not in view.jobs
+    assert {k: v for k, v in view.summary().items() if k != "position"} == before
+
+
+@pytest.mark.parametrize("cut", [0, 7, 20, 41, 60])
+def test_with_ended_jobs_let_go_a_snapshot_plus_the_tail_still_equals_the_full_replay(cut: int) -> None:
+    events = _many_ended(20)
+    full = ClusterView(keep_ended=3)
+    full.apply_all(events)
+    head = ClusterView(keep_ended=3)
+    head.apply_all(events[:cut])
+    restored = from_snapshot(json.loads(json.dumps(to_snapshot(head))), keep_ended=3)
+    restored.apply_all(events[cut:])
+    assert digest(restored) == digest(full) and restored.admitted == full.admitted == 21
+
+
+def test_ended_jobs_are_let_go_by_where_they_ended_whatever_order_they_were_folded_in() -> None:
+    # Six jobs run at once on a 6-GPU node, then end one after another.
+    gpus = [GpuDevice(index=i, model="T4") for i in range(6)]
+    events: list[tuple[str, object]] = [
+        ("node-a", NodeRegistered(inventory=NodeInventory(name="a", cpu="8", memory="16Gi", gpus=gpus)))
+    ]
+    for i in range(6):
+        spec = JobSpec.model_validate(
+            {"id": f"j{i}", "tenant": "t", "resources": {"cpu": "1", "nvidia.com/gpu": 1}}
+        )
+        binding = TaskBinding(task=0, node="a", gpus=[i], gpu_milli=1000, cpu_milli=1000, memory_mib=512)
+        placed = JobPlaced(job_id=f"j{i}", bindings=[binding], policy="tessera", node_versions={})
+        events += [(f"job-j{i}", JobAdmitted(spec=spec)), (f"job-j{i}", placed), ("node-a", placed)]
+        events.append((f"job-j{i}", JobStarted(job_id=f"j{i}", node="a")))
+    events += [(f"job-j{i}", JobFinished(job_id=f"j{i}", node="a")) for i in (3, 0, 5, 1, 4, 2)]
+    versions: dict[str, int] = {}
+    log = []
+    for position, (stream, event) in enumerate(events, start=1):
+        versions[stream] = versions.get(stream, 0) + 1
+        data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
+        log.append(RecordedEvent(position, stream, versions[stream], data["type"], data, {}, NOW))
+    in_order = ClusterView(keep_ended=3)
+    in_order.apply_all(log)
+    assert set(in_order.jobs) == {"j1", "j4", "j2"}  # the three that ended last
+    # A service folds its own appends before the log brings them (apply_ahead), in its order.
+    ends = log[-6:]
+    ahead = ClusterView(keep_ended=3)
+    ahead.apply_all(log[:-6])
+    ahead.apply_ahead(reversed(ends))
+    ahead.apply_all(log)  # the log catches up: the watermark moves, nothing is folded twice
+    assert digest(ahead) == digest(in_order)

@@ -87,9 +87,17 @@ def test_relearning_says_why_in_order_of_cost() -> None:
     small, large = task(cpu=8_000, gpus=1), task(cpu=120_000, gpus=8)
     relearning = Relearning()
     assert relearning.due(NODES.names, 1, [small]) == "first jobs"
-    relearning.learnt(NODES, 20, [small])
+    relearning.learnt(NODES, 20, [small] * 20)  # every job that came is known
     assert relearning.due(NODES.names, 79, [small]) is None
     assert relearning.due(NODES.names, 80, [large]) == "the jobs seen grew 4-fold"
     assert relearning.due(NODES.names[:2], 21, [small]) == "the nodes changed"
     assert "needs nodes no seen job needed" in str(relearning.due(NODES.names, 21, [large]))
     assert relearning.due(NODES.names, 22, [large]) is None  # looked at once: the caller relearns
+
+
+def test_a_worker_that_knows_a_window_of_jobs_relearns_as_the_window_moves() -> None:
+    small = task(cpu=8_000, gpus=1)
+    relearning = Relearning()
+    relearning.learnt(NODES, 100_000, [small] * 10_000)  # 100,000 came, the last 10,000 known
+    assert relearning.due(NODES.names, 129_999, [small]) is None
+    assert relearning.due(NODES.names, 130_000, [small]) == "the jobs seen grew 4-fold"
