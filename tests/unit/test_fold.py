@@ -18,8 +18,11 @@ from schemas.events import (
     TaskBinding,
 )
 from schemas.node import GpuDevice, NodeInventory
+from shared.eventstore import NewEvent
+from shared.eventstore.memory import InMemoryEventStore
 from shared.eventstore.port import RecordedEvent
-from shared.state.fold import ClusterView, digest, fold, from_snapshot, job_state, to_snapshot
+from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, fold, from_snapshot, job_state, to_snapshot
+from shared.state.follow import restore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -232,3 +235,15 @@ def test_ended_jobs_are_let_go_by_where_they_ended_whatever_order_they_were_fold
     ahead.apply_ahead(reversed(ends))
     ahead.apply_all(log)  # the log catches up: the watermark moves, nothing is folded twice
     assert digest(ahead) == digest(in_order)
+
+
+async def test_a_snapshot_of_an_older_format_is_passed_over_for_a_replay() -> None:
+    store = InMemoryEventStore()
+    for e in _many_ended(5):
+        await store.append([NewEvent(e.stream, e.type, e.data)], {e.stream: e.version - 1})
+    old = {**to_snapshot(fold(await store.read_all(0, 10))), "snapshot_version": 3}
+    await store.save_snapshot(SNAPSHOT_NAME, 10, old)
+    view = await restore(store, keep_ended=2)  # an upgrade must not stop a service at start
+    full = ClusterView(keep_ended=2)
+    full.apply_all(await store.read_all(0, 1000))
+    assert digest(view) == digest(full) and len(view.jobs) == 3
