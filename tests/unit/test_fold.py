@@ -27,6 +27,17 @@ from shared.state.follow import restore
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def _recorded(events: list[tuple[str, object]]) -> list[RecordedEvent]:
+    """The events as the store records them: positions from 1, each stream's versions from 1."""
+    versions: dict[str, int] = {}
+    out = []
+    for position, (stream, event) in enumerate(events, start=1):
+        versions[stream] = versions.get(stream, 0) + 1
+        data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
+        out.append(RecordedEvent(position, stream, versions[stream], data["type"], data, {}, NOW))
+    return out
+
+
 def _log() -> list[RecordedEvent]:
     events: list[tuple[str, object]] = []
     for n in ("a", "b"):
@@ -49,13 +60,7 @@ def _log() -> list[RecordedEvent]:
         ("job-j2", JobStarted(job_id="j2", node="a")),
         ("job-j3", JobCancelled(job_id="j3")),
     ]
-    versions: dict[str, int] = {}
-    out = []
-    for position, (stream, event) in enumerate(events, start=1):
-        versions[stream] = versions.get(stream, 0) + 1
-        data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
-        out.append(RecordedEvent(position, stream, versions[stream], data["type"], data, {}, NOW))
-    return out
+    return _recorded(events)
 
 
 def test_the_fold_tracks_jobs_and_frees_resources_on_terminal_events() -> None:
@@ -160,13 +165,7 @@ def _many_ended(count: int) -> list[RecordedEvent]:
         events += [(f"job-{j}", placed), ("node-a", placed), (f"job-{j}", JobStarted(job_id=j, node="a"))]
         if i < count:
             events.append((f"job-{j}", JobFinished(job_id=j, node="a")))
-    versions: dict[str, int] = {}
-    out = []
-    for position, (stream, event) in enumerate(events, start=1):
-        versions[stream] = versions.get(stream, 0) + 1
-        data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
-        out.append(RecordedEvent(position, stream, versions[stream], data["type"], data, {}, NOW))
-    return out
+    return _recorded(events)
 
 
 def test_a_view_keeps_only_the_jobs_that_ended_last() -> None:
@@ -219,12 +218,7 @@ def test_ended_jobs_are_let_go_by_where_they_ended_whatever_order_they_were_fold
         events += [(f"job-j{i}", JobAdmitted(spec=spec)), (f"job-j{i}", placed), ("node-a", placed)]
         events.append((f"job-j{i}", JobStarted(job_id=f"j{i}", node="a")))
     events += [(f"job-j{i}", JobFinished(job_id=f"j{i}", node="a")) for i in (3, 0, 5, 1, 4, 2)]
-    versions: dict[str, int] = {}
-    log = []
-    for position, (stream, event) in enumerate(events, start=1):
-        versions[stream] = versions.get(stream, 0) + 1
-        data = event.model_dump(mode="json", by_alias=True)  # type: ignore[attr-defined]
-        log.append(RecordedEvent(position, stream, versions[stream], data["type"], data, {}, NOW))
+    log = _recorded(events)
     in_order = ClusterView(keep_ended=3)
     in_order.apply_all(log)
     assert set(in_order.jobs) == {"j1", "j4", "j2"}  # the three that ended last
