@@ -451,7 +451,7 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
         )
         console.print(f"[yellow]node {name}: {what}[/yellow]")
     console.print(queue_table(view))
-    recent = Table(title=f"latest {jobs} jobs ({len(view.jobs)} admitted, {len(rejections)} rejected)")
+    recent = Table(title=f"latest {jobs} jobs ({view.admitted} admitted, {len(rejections)} rejected)")
     for col in ("job", "tenant", "queue", "state", "nodes"):
         recent.add_column(col)
     for record in sorted(view.jobs.values(), key=lambda r: -r.admitted_at)[:jobs]:

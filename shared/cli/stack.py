@@ -29,7 +29,7 @@ from shared.service import service_topics
 from shared.settings import Settings
 from shared.sim.trace import TracePod
 from shared.state.fold import TERMINAL, ClusterView
-from shared.state.follow import catch_up
+from shared.state.follow import catch_up, restore
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / ".local" / "run"
@@ -317,21 +317,17 @@ async def peak_allocation(settings: Settings | None = None, since: int = 0) -> t
 
 
 async def read_view(settings: Settings | None = None) -> tuple[ClusterView, dict[str, str]]:
-    """The cluster as the event store has it, and the rejections by job id."""
+    """The cluster as the event store has it (the newest snapshot plus the log after it, keeping
+    the ended jobs a service keeps), and the rejections by job id."""
     settings = settings or Settings()
     store = await PostgresEventStore.connect(settings.database_url, max_size=2)
     try:
-        view = ClusterView()
+        view = await restore(store, keep_ended=settings.keep_ended_jobs)
         rejections: dict[str, str] = {}
         position = 0
-        while True:
-            events = await store.read_all(position, 5000)
-            if not events:
-                break
-            view.apply_all(events)
+        while events := await store.read_all(position, 5000, types=["JobRejected"]):
             for e in events:
-                if e.type == "JobRejected":
-                    rejections[str(e.data["job_id"])] = f"{e.data['code']}: {e.data['reason']}"
+                rejections[str(e.data["job_id"])] = f"{e.data['code']}: {e.data['reason']}"
             position = events[-1].position
         return view, rejections
     finally:
