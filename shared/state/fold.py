@@ -385,10 +385,8 @@ class ClusterView:
     def _ended_at(self, job_id: str, position: int) -> None:
         """Keep the ``keep_ended`` jobs that ended last, by log position: the same ones in every
         view of the same log, whatever order it folded its own appends in."""
-        if self.keep_ended is None:
-            return
-        heapq.heappush(self._ended, (position, job_id))
-        while len(self._ended) > self.keep_ended:
+        heapq.heappush(self._ended, (position, job_id))  # also when all are kept: for snapshots
+        while self.keep_ended is not None and len(self._ended) > self.keep_ended:
             _, old = heapq.heappop(self._ended)
             self.jobs.pop(old, None)
             self._changed[old] = None  # consumers look it up, find it gone, and drop it
@@ -690,9 +688,8 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0, keep_ended: int | 
         view.jobs[job_id] = record
         view._index(job_id, record.state)
         view._changed[job_id] = None
-    if keep_ended is not None:
-        for position, job_id in body["ended"]:
-            view._ended_at(str(job_id), int(position))
+    for position, job_id in body["ended"]:
+        view._ended_at(str(job_id), int(position))
     cluster = view.cluster
     if cluster is None:
         return view  # no node registered: nothing can be held

@@ -241,3 +241,11 @@ async def test_a_snapshot_of_an_older_format_is_passed_over_for_a_replay() -> No
     full = ClusterView(keep_ended=2)
     full.apply_all(await store.read_all(0, 1000))
     assert digest(view) == digest(full) and len(view.jobs) == 3
+
+
+def test_a_snapshot_of_a_view_that_kept_every_job_can_be_cut_when_restored() -> None:
+    everything = fold(_many_ended(10))  # keeps every ended job, and where each ended
+    restored = from_snapshot(json.loads(json.dumps(to_snapshot(everything))), keep_ended=2)
+    cut = ClusterView(keep_ended=2)
+    cut.apply_all(_many_ended(10))
+    assert digest(restored) == digest(cut) and len(restored.jobs) == 3
