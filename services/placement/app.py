@@ -26,6 +26,7 @@ import logging
 import os
 import time
 import zlib
+from collections.abc import Iterator
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -39,6 +40,7 @@ from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
 from shared.core.registry import DEFAULT_POLICY, build_profile, check_options
+from shared.core.task import TaskShape
 from shared.core.workload_watch import Relearning
 from shared.eventstore import ConcurrencyError, StoreUnavailableError
 from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
@@ -57,6 +59,7 @@ from shared.state.readiness import mark_ready
 from shared.state.snapshot import SnapshotBuilder
 
 log = logging.getLogger("tessera.placement")
+RELEARNING_FEED = "relearning"  # the view's change feed of jobs whose shapes ``Relearning`` checks
 
 
 class WorkItems(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -144,24 +147,36 @@ class Worker:
         self._grow_at: tuple[int, float] = (-1, 0.0)  # (view position, time) of the last growth cycle
 
     def profile(self) -> Profile:
-        """The policy, relearnt when ``Relearning`` says so: the nodes changed, the seen workload
-        grew fourfold, or a pending job needs nodes that no job learnt from needs.  A rebuild
-        drops the scorer's caches, so it must stay rare."""
+        """The policy, relearnt when ``Relearning`` says so: the nodes changed, as many new jobs
+        came as three times those it learnt from, or a pending job needs nodes that no job learnt
+        from needs.  A rebuild drops the scorer's caches, so it must stay rare."""
         cluster = self.view.cluster
         assert cluster is not None
         jobs = self.view.admitted
-        pending = (self.view.jobs[j].shape for j in self.view.pending_ids())
-        why = self._relearning.due(cluster.names, jobs, pending)
+        why = self._relearning.due(cluster.names, jobs, self._new_pending_shapes())
         if self._profile is None or why is not None:
-            shapes = [j.shape for j in self.view.jobs.values()] or [j.shape for j in self.view.pending()]
-            workload = TypicalWorkload.from_tasks(shapes) if shapes else None
-            if workload is None:
+            shapes = [j.shape for j in self.view.jobs.values()]
+            if not shapes:
                 raise RuntimeError("no jobs to learn the workload from")
-            self._profile = build_profile(self.policy, workload, self.settings.scorer_options)
+            self._profile = build_profile(
+                self.policy, TypicalWorkload.from_tasks(shapes), self.settings.scorer_options
+            )
             self._relearning.learnt(cluster, jobs, shapes)
             known, size = len(shapes), cluster.size
             log.info("policy %s learnt from %d jobs on %d nodes (%s)", self.policy, known, size, why)
         return self._profile
+
+    def _new_pending_shapes(self) -> Iterator[TaskShape]:
+        """The shapes of the pending jobs that changed since the last call (every pending job's,
+        the first time on a view): a cycle looks at what arrived, not at the whole backlog."""
+        view = self.view
+        if view.subscribed(RELEARNING_FEED):
+            changed = view.drain_feed(RELEARNING_FEED)
+        else:
+            view.subscribe(RELEARNING_FEED)
+            changed = list(view.pending_ids())
+        pending = view.pending_ids()
+        return (view.jobs[j].shape for j in changed if j in pending)
 
     def config(self) -> CycleConfig:
         """The cycle as the live workers run it: every stage, elastic growth and shrink
