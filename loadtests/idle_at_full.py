@@ -33,13 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shared.cli.simulate import parse_seeds
 from shared.core.cluster import ClusterState
-from shared.core.cycle import CycleConfig, Snapshot, run_cycle
+from shared.core.cycle import Snapshot, run_cycle
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.jobs import Job
 from shared.core.queues import open_tree
 from shared.core.registry import build_profile
 from shared.core.task import MILLI
-from shared.sim.fill import fill_order
+from shared.sim.fill import fill_config, fill_order
 from shared.sim.trace import load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parent / "traces" / "alibaba-gpu-v2023"
@@ -51,14 +51,7 @@ def idle_at_full(policy: str, seed: int, pods_csv: Path, nodes_csv: Path) -> dic
     pods = load_pods(pods_csv)
     cluster = ClusterState([nodes[i] for i in np.random.default_rng([seed, 1]).permutation(len(nodes))])
     typical = TypicalWorkload.from_tasks(p.shape for p in pods)
-    config = CycleConfig(
-        build_profile(policy, typical),
-        fair_share=False,
-        reserve=False,
-        preempt=False,
-        reclaim=False,
-        elastic=False,
-    )
+    config = fill_config(build_profile(policy, typical))
     queues = open_tree(["default"])
     rng = np.random.default_rng([seed, 2])
     total = cluster.total_gpu_milli

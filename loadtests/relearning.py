@@ -46,7 +46,7 @@ from shared.core.queues import open_tree
 from shared.core.registry import build_profile
 from shared.core.task import TaskShape
 from shared.core.workload_watch import NodeKinds, Relearning
-from shared.sim.fill import fill_order
+from shared.sim.fill import fill_config, fill_order
 from shared.sim.trace import TracePod, load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parent / "traces" / "alibaba-gpu-v2023"
@@ -57,8 +57,7 @@ NARROW = 0.05  # a pod is narrow when it fits, empty, on at most this share of t
 
 
 def _config(policy: str, shapes: list[TaskShape]) -> CycleConfig:
-    profile = build_profile(policy, TypicalWorkload.from_tasks(shapes))
-    return CycleConfig(profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False)
+    return fill_config(build_profile(policy, TypicalWorkload.from_tasks(shapes)))
 
 
 def replay(
@@ -68,10 +67,8 @@ def replay(
     learns; the figures of one run (narrow pods: those that fit, empty, on at most
     ``narrow_share`` of the nodes)."""
     kinds = NodeKinds(cluster)
-    holders = {
-        reach: int(sum(np.frombuffer(reach, dtype=np.uint8)[k] * n for k, n in enumerate(kinds.count)))
-        for reach in {kinds.reach(p.shape) for p in pods}
-    }
+    reach = {p.shape: kinds.reach(p.shape) for p in pods}
+    holders = {r: int(np.frombuffer(r, dtype=np.uint8) @ kinds.count) for r in set(reach.values())}
     narrow = {r for r, n in holders.items() if n <= narrow_share * cluster.size}
     relearning = Relearning(watch_reach=schedule == "reach")
     config = _config(policy, [p.shape for p in pods]) if schedule == "clairvoyant" else None
@@ -93,7 +90,7 @@ def replay(
         placed = run_cycle(Snapshot(cluster, [job], queues=queues), config, 0.0, rng).placed.get(job.id)
         for p in placed or []:
             cluster.place(p.node, p.task, p.gpus)
-        is_narrow = kinds.reach(pod.shape) in narrow
+        is_narrow = reach[pod.shape] in narrow
         narrow_pods += is_narrow
         if not placed:
             failed += 1

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from shared.core.cluster import ClusterState
 from shared.core.cycle import CycleConfig, Snapshot, run_cycle
 from shared.core.fragmentation import FragmentationModel, NodeFragmentation, TypicalWorkload
+from shared.core.framework import Profile
 from shared.core.jobs import Job
 from shared.core.queues import open_tree
 from shared.core.registry import build_profile
@@ -88,6 +89,12 @@ def discretise(arrived_pct: FloatArray, values: FloatArray) -> FloatArray:
     return np.round(out[nearest], 2)
 
 
+def fill_config(profile: Profile) -> CycleConfig:
+    """The cycle as the fill protocol runs it: pods never leave and each is tried once, so the
+    allocate stage alone decides (the scripts that replay the protocol use it too)."""
+    return CycleConfig(profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False)
+
+
 def run_fill(
     nodes: Sequence[NodeSpec],
     pods: Sequence[TracePod],
@@ -104,10 +111,7 @@ def run_fill(
     cluster = ClusterState([nodes[i] for i in node_rng.permutation(len(nodes))])
     typical = workload or TypicalWorkload.from_tasks(p.shape for p in pods)
     profile = build_profile(policy, typical, options)
-    # Pods never leave and each is tried once: the cycle's allocate stage alone decides.
-    config = CycleConfig(
-        profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False
-    )
+    config = fill_config(profile)
     meter = NodeFragmentation(FragmentationModel(typical, cluster.models), cluster)
     queues = open_tree(["default"])  # built once: every pod is a job of one open queue
     order = fill_order(pods, cluster.total_gpu_milli, seed, inflation)
