@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from shared.sim.trace import read_rows, write_rows
+
 HERE = Path(__file__).resolve().parent
 OPENB = HERE / "alibaba-gpu-v2023"
 OUT = HERE / "gpuspec"
@@ -90,10 +92,7 @@ def make(
     centre = 0.5 * by_capacity / by_capacity.sum() + 0.5 / len(offer)
     rng = np.random.default_rng([seed, round(fraction * 1000)])
     weights = np.random.default_rng(seed).dirichlet(concentration * centre / centre.sum())
-    with pods.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = list(reader.fieldnames or [])
-        rows = list(reader)
+    header, rows = read_rows(pods)
     gpu_rows = [i for i, r in enumerate(rows) if int(r["num_gpu"]) > 0]
     chosen = rng.choice(len(gpu_rows), size=round(fraction * len(gpu_rows)), replace=False)
     for i in sorted(gpu_rows[int(k)] for k in chosen):
@@ -107,14 +106,6 @@ def make(
         # Only the models that can hold the pod stay in a set (a set naming an impossible one is noise).
         row["gpu_spec"] = "|".join(m for m in pick if holds(kinds[m], *need))
     return header, rows
-
-
-def write(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
-    """The variant as a CSV in the trace's own layout (the tests remake committed files with it)."""
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def main() -> None:
@@ -131,7 +122,7 @@ def main() -> None:
         for pct in (int(f) for f in args.fractions.split(",")):
             header, rows = make(args.pods, args.nodes, pct / 100, seed, args.concentration)
             path = args.out / f"openb_pod_list_gpuspec{pct:02d}-g{seed}.csv"
-            write(path, header, rows)
+            write_rows(path, header, rows)
             specs = [r["gpu_spec"] for r in rows if r["gpu_spec"]]
             print(f"{path.name}: {len(specs)} constrained GPU pods, {len(set(specs))} distinct gpu_spec")
 

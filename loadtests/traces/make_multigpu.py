@@ -22,10 +22,11 @@ made here, with this script, to see whether a policy's gains hold where large po
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import numpy as np
+
+from shared.sim.trace import read_rows, write_rows
 
 HERE = Path(__file__).resolve().parent
 OPENB = HERE / "alibaba-gpu-v2023"
@@ -37,10 +38,7 @@ def gpu_milli(row: dict[str, str]) -> int:
 
 
 def make(pods: Path, fraction: float, seed: int) -> tuple[list[str], list[dict[str, str]]]:
-    with pods.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = list(reader.fieldnames or [])
-        rows = list(reader)
+    header, rows = read_rows(pods)
     multi = [r for r in rows if int(r["num_gpu"]) > 1]
     single = [r for r in rows if int(r["num_gpu"]) == 1]
     m = float(np.mean([gpu_milli(r) for r in multi]))
@@ -59,14 +57,6 @@ def make(pods: Path, fraction: float, seed: int) -> tuple[list[str], list[dict[s
     return header, out
 
 
-def write(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
-    """The variant as a CSV in the trace's own layout (the tests remake committed files with it)."""
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=Path, default=OPENB / "openb_pod_list_default.csv")
@@ -79,7 +69,7 @@ def main() -> None:
         for pct in (int(f) for f in args.fractions.split(",")):
             header, rows = make(args.pods, pct / 100, seed)
             path = args.out / f"openb_pod_list_multigpu{pct:02d}-g{seed}.csv"
-            write(path, header, rows)
+            write_rows(path, header, rows)
             total = sum(gpu_milli(r) for r in rows)
             big = sum(gpu_milli(r) for r in rows if int(r["num_gpu"]) > 1)
             count = sum(1 for r in rows if int(r["num_gpu"]) > 1)

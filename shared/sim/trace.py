@@ -129,3 +129,18 @@ def load_pods(path: Path) -> list[TracePod]:
     if not pods:
         raise TraceError(path, 1, "no pods")
     return pods
+
+
+def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A trace CSV's header and rows as they are (the variant generators rewrite them)."""
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def write_rows(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
+    """Rows as a CSV in the trace's own layout, byte for byte as the committed variants."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)

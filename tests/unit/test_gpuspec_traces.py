@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 from types import ModuleType
 
+from shared.sim.trace import write_rows
 from tests.unit.trace_scripts import TRACES, load_script
 
 FOLDER = TRACES / "gpuspec"
@@ -20,7 +21,7 @@ def test_the_script_remakes_a_committed_variant_byte_for_byte(tmp_path: Path) ->
     header, rows = m.make(
         m.OPENB / "openb_pod_list_default.csv", m.OPENB / "openb_node_list_gpu_node.csv", 0.2, 2, 8.0
     )
-    m.write(tmp_path / "v.csv", header, rows)
+    write_rows(tmp_path / "v.csv", header, rows)
     assert (tmp_path / "v.csv").read_bytes() == (FOLDER / "openb_pod_list_gpuspec20-g2.csv").read_bytes()
 
 

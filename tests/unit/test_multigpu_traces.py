@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
+from shared.sim.trace import write_rows
 from tests.unit.trace_scripts import TRACES, load_script
 
 FOLDER = TRACES / "multigpu"
@@ -25,7 +26,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def test_the_script_remakes_a_committed_variant_byte_for_byte(tmp_path: Path) -> None:
     m = _module()
     header, rows = m.make(DEFAULT, 0.5, 2)
-    m.write(tmp_path / "v.csv", header, rows)
+    write_rows(tmp_path / "v.csv", header, rows)
     assert (tmp_path / "v.csv").read_bytes() == (FOLDER / "openb_pod_list_multigpu50-g2.csv").read_bytes()
 
 
