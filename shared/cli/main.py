@@ -87,6 +87,14 @@ def simulate(
     elastic_fraction: Annotated[
         float, typer.Option(help="timeline with --philly: share of 2-8 GPU jobs made elastic (1..k)")
     ] = 0.0,
+    arrival_jitter: Annotated[
+        float,
+        typer.Option(
+            help="timeline with --philly: each seed delays every arrival by a uniform draw of up to "
+            "this many seconds, so that jobs submitted in one burst come in each seed's own order "
+            "(Philly's nodes are all alike: without it every seed replays the same run)"
+        ),
+    ] = 60.0,
     scorer: Annotated[
         str, typer.Option(help="timeline: the placement scorer every policy uses")
     ] = DEFAULT_POLICY,
@@ -123,14 +131,23 @@ def simulate(
         raise typer.BadParameter(str(exc), param_hint="--seeds") from None
     if inflation < 1.0:
         raise typer.BadParameter("must be at least 1.0", param_hint="--inflation")
-    if compress < 0 or not 0 < load <= 2 or not 0 <= elastic_fraction <= 1:
-        raise typer.BadParameter("--compress >= 0, 0 < --load <= 2, 0 <= --elastic-fraction <= 1")
+    if compress < 0 or not 0 < load <= 2 or not 0 <= elastic_fraction <= 1 or arrival_jitter < 0:
+        raise typer.BadParameter(
+            "--compress >= 0, 0 < --load <= 2, 0 <= --elastic-fraction <= 1, --arrival-jitter >= 0"
+        )
     if philly is not None and mode is not Mode.timeline:
         raise typer.BadParameter(
             "Philly traces have no fill protocol: add --mode timeline", param_hint="--philly"
         )
     source = Source(
-        nodes, pods, philly, throughputs if philly is not None else None, load, compress, elastic_fraction
+        nodes,
+        pods,
+        philly,
+        throughputs if philly is not None else None,
+        load,
+        compress,
+        elastic_fraction,
+        arrival_jitter if philly is not None else 0.0,
     )
     try:
         options = json.loads(scorer_options)

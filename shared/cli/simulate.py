@@ -55,6 +55,7 @@ class Source:
     load: float = 0.9
     compress: float = 0.0  # 0: automatic (see load_workload)
     elastic_fraction: float = 0.0
+    jitter_s: float = 0.0  # Philly: each seed delays every arrival by up to this (philly_workload)
 
     @property
     def name(self) -> str:
@@ -80,11 +81,19 @@ def _load(nodes: Path, pods: Path) -> tuple[list[NodeSpec], list[TracePod], Typi
 
 
 @cache
-def load_workload(source: Source) -> Workload:
+def load_workload(source: Source, seed: int = 0) -> Workload:
+    """The workload of one run; ``seed`` matters only to Philly with an arrival jitter (an openb
+    run's seed draws its node order in the simulator)."""
     if source.philly is not None:
         assert source.throughputs is not None
         return philly_workload(
-            source.philly, source.throughputs, source.load, source.compress or 1.0, source.elastic_fraction
+            source.philly,
+            source.throughputs,
+            source.load,
+            source.compress or 1.0,
+            source.elastic_fraction,
+            jitter_s=source.jitter_s,
+            jitter_seed=seed,
         )
     nodes, raw, _ = _load(source.nodes, source.pods)
     if source.compress > 0:  # as the user asked: every node, arrivals divided by --compress
@@ -142,7 +151,7 @@ def run_job(job: Job) -> FillResult | dict[str, object]:
     if job.mode == "fill":
         nodes, pods, workload = _load(job.source.nodes, job.source.pods)
         return run_fill(nodes, pods, job.policy, job.seed, job.inflation, workload, options=dict(job.options))
-    wl = load_workload(job.source)
+    wl = load_workload(job.source, job.seed)
     workload = TypicalWorkload.from_tasks(j.shape for j in wl.jobs)
     profile = build_profile(job.scorer, workload, dict(job.options))
     result = run_timeline(wl, job.policy, timeline_config(job.policy, profile), job.seed)
@@ -167,7 +176,7 @@ def simulate(
     if mode == "fill":
         _load(source.nodes, source.pods)
     else:
-        load_workload(source)
+        load_workload(source, seeds[0])
     knobs = tuple(sorted((options or {}).items()))
     # The folder says which knobs made it (a default run's summary has no such key).
     extra: dict[str, object] | None = {"scorer_options": dict(knobs)} if knobs else None
@@ -179,7 +188,7 @@ def simulate(
         _print_fill(summary, console)
     else:
         records = [r for r in results if isinstance(r, dict)]
-        summary = write_timeline(records, out, source.name, load_workload(source), extra)
+        summary = write_timeline(records, out, source.name, load_workload(source, seeds[0]), extra)
         _print_timeline(summary, console)
     if options:
         console.print(f"scorer options: {json.dumps(dict(knobs))}")

@@ -122,11 +122,18 @@ def timeline_summary(
         for p, runs in groups.items()
     }
     seeds = sorted({int(rec["seed"]) for rec in records})  # type: ignore[call-overload]
+    # Each run's own figures beside the medians: how far the seeds' draws lie apart is part of
+    # the result (a gap between two policies smaller than the spread says little).
+    per_seed = {
+        p: {str(rec["seed"]): rec["summary"] for rec in sorted(runs, key=lambda r: int(r["seed"]))}  # type: ignore[call-overload]
+        for p, runs in groups.items()
+    }
     return {
         "mode": "timeline",
         "trace": trace,
         "policies": policies,
         "seeds": seeds,
+        "per_seed": per_seed,
         "offered_load": round(workload.offered_load(), 3),
         "nodes": len(workload.nodes),
         "gpus": workload.total_gpus,

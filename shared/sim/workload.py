@@ -206,8 +206,16 @@ def philly_workload(
     compress: float = 1.0,
     elastic_fraction: float = 0.0,
     seed: int = 0,
+    jitter_s: float = 0.0,
+    jitter_seed: int = 0,
 ) -> Workload:
-    """Merge every ``*.trace`` in ``folder``; arrival times are divided by ``compress``."""
+    """Merge every ``*.trace`` in ``folder``; arrival times are divided by ``compress``.
+
+    ``jitter_s``: every arrival comes later by a uniform draw in [0, ``jitter_s``) seconds
+    (``jitter_seed`` draws it; the cluster is sized from the arrivals as they are, so every draw
+    gets the same nodes).  Philly's nodes are all alike, so without it every seed of a simulation
+    replays the same run; with it, jobs submitted within a few seconds of each other (the
+    trace's bursts) come in each seed's own order, and the seeds are distinct draws."""
     table = load_throughputs(throughputs)
     files = sorted(folder.glob("*.trace"))
     if not files:
@@ -240,6 +248,9 @@ def philly_workload(
     nodes_needed = max(8, math.ceil(demand_s / (load * span * PHILLY_NODE.gpu_count)))
     nodes = tuple(replace(PHILLY_NODE, name=f"philly-{i:03d}") for i in range(nodes_needed))
     total = nodes_needed * PHILLY_NODE.gpu_count
+    if jitter_s > 0:
+        shift = np.random.default_rng([jitter_seed, 11]).uniform(0.0, jitter_s, len(raw))
+        raw = [(vc, t, a + float(d), g, w, r) for (vc, t, a, g, w, r), d in zip(raw, shift, strict=True)]
     jobs: list[SimJob] = []
     for n, (vc, job_type, arrival, gpus, work, _rate) in enumerate(sorted(raw, key=lambda r: (r[2], r[0]))):
         tasks, per = _layout(gpus)

@@ -118,6 +118,7 @@ def test_timeline_mode_reports_waits_and_utilisation(tmp_path: Path) -> None:
     assert row["wait_p50_s"]["1"] == 45.0 and row["unfinished"] == 0
     assert row["wait_p95_s"]["8"] is None  # no job of that size
     assert row["avg_jct_s"] == (100 + 100) / 2  # a: 0..100, b: 10..110
+    assert summary["per_seed"]["fifo"]["42"] == row  # one seed: its figures are the median
     assert (out / "utilisation.png").exists() and (out / "waits.png").exists()
     # The tables fit a terminal of 80 columns without cutting a policy's name or a figure.
     assert "fifo" in result.output and "tessera" in result.output and "…" not in result.output
@@ -138,6 +139,12 @@ def test_an_unknown_policy_is_refused_with_the_choices() -> None:
     result = runner.invoke(app, ["simulate", "--policy", "magic"])
     assert result.exit_code != 0
     assert "tessera" in result.output
+
+
+def test_a_negative_arrival_jitter_is_refused() -> None:
+    result = runner.invoke(app, ["simulate", "--mode", "timeline", "--arrival-jitter", "-1"])
+    assert result.exit_code != 0
+    assert "--arrival-jitter >= 0" in result.output
 
 
 def test_schema_command_writes_json_schemas(tmp_path: Path) -> None:

@@ -63,6 +63,26 @@ def _run(jobs: list[SimJob], policy: str, gpus: int = 4) -> dict[str, object]:
     return summarise(run_timeline(w, policy, timeline_config(policy, profile), 1))
 
 
+def test_an_arrival_jitter_makes_each_seed_a_distinct_draw_of_the_same_philly_cluster() -> None:
+    folder, table = PHILLY / "gavel-derived-per-vc-seed0", PHILLY / "gavel_isolated_throughputs.csv"
+    plain = philly_workload(folder, table, 0.9)
+    a = philly_workload(folder, table, 0.9, jitter_s=60.0, jitter_seed=42)
+    b = philly_workload(folder, table, 0.9, jitter_s=60.0, jitter_seed=43)
+    assert a.nodes == b.nodes == plain.nodes  # sized from the arrivals as they are
+    quotas = [[(q.name, q.weight, tuple(q.guarantee)) for q in w.queues.specs.values()] for w in (a, plain)]
+    assert quotas[0] == quotas[1]
+    # Every arrival moves by [0, 60) s, so the k-th arrival does too.
+    delays = sorted(x.submit - y.submit for x, y in zip(a.jobs, plain.jobs, strict=True))
+    assert 0.0 <= delays[0] and delays[-1] < 60.0 and delays[len(delays) // 2] > 10.0
+    # The same jobs, in another order within the trace's bursts: each seed its own.
+    order_a, order_b = [j.work_s for j in a.jobs], [j.work_s for j in b.jobs]
+    assert sorted(order_a) == sorted(order_b) and order_a != order_b
+    assert [j.submit for j in philly_workload(folder, table, 0.9, jitter_s=60.0, jitter_seed=42).jobs] == [
+        j.submit for j in a.jobs
+    ]
+
+
+
 def test_fifo_blocks_behind_a_job_that_does_not_fit_and_backfill_does_not() -> None:
     # 4 GPUs: a 3-GPU job runs 100 s; a 4-GPU job waits for it; a 1-GPU 50-s job arrives after.
     wide = TaskShape(3000, 1024, 3, 1000)
