@@ -103,6 +103,16 @@ def _h(v: object) -> str:
     return f"{hours:.1f}" if hours < 10 else f"{hours:.0f}"
 
 
+def _spread(body: dict[str, object], policy: str, key: str) -> str:
+    """The median, and the lowest and highest seed's figure where the summary has each seed's."""
+    median = body["policies"][policy][key]  # type: ignore[index]
+    runs = body.get("per_seed", {}).get(policy, {})  # type: ignore[attr-defined]
+    values = sorted(float(run[key]) for run in runs.values())
+    if len(values) < 2 or values[0] == values[-1]:
+        return f"{median:.3f}"
+    return f"{median:.3f} ({values[0]:.3f}-{values[-1]:.3f})"
+
+
 def timeline_tables(root: Path) -> None:
     """One table per ``DIR/timeline/<trace>/summary.json``: hours, %, counts."""
     for p in sorted(root.glob("timeline/*/summary.json")):
@@ -120,7 +130,8 @@ def timeline_tables(root: Path) -> None:
             waits = " / ".join(_h(r["wait_p95_s"][c]) for c in ("1", "2-4", "8", ">8"))
             print(
                 f"| {name} | {_h(r['avg_jct_s'])} | {waits} | "
-                f"{r['jain']:.3f} | {r['utilisation']:.1f} | {r.get('idle_while_waiting_pct', '—')} | "
+                f"{_spread(body, name, 'jain')} | {r['utilisation']:.1f} | "
+                f"{r.get('idle_while_waiting_pct', '—')} | "
                 f"{r.get('work_after_window_pct', '—')} | {r['preemptions']} | "
                 f"{r['max_preemptions_per_job']} | {r['gpu_hours_lost_pct']:.2f} |"
             )

@@ -13,8 +13,10 @@ The *deserved* share of each queue at a moment is a max-min fair water-filling o
 cluster's capacity down the tree (Volcano's proportion plugin, per dimension): a parent's
 deserved amount goes first to its children's guarantees (each capped by its demand), then the
 rest by weight, never above a child's demand or ``max``.  A queue may *use* more than it
-deserves (it borrows idle room); reclaim takes that back when a queue below its deserved share
-has work waiting.
+deserves (it borrows idle room); DRF gives room that frees to the queue furthest below its
+deserved share, and reclaim takes back what a queue holds beyond its guarantee when a queue
+below its guarantee has work waiting (reclaiming up to deserved shares was measured and not
+kept: ``docs/results/timeline/history.md``).
 """
 
 from __future__ import annotations
