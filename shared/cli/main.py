@@ -36,6 +36,8 @@ class Mode(StrEnum):
 
 
 PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
+PHILLY_JITTER_S = 60.0
+"""A Philly seed's largest delay of an arrival: the trace's bursts (median gap 10 s) reorder."""
 
 
 @app.command()
@@ -88,13 +90,13 @@ def simulate(
         float, typer.Option(help="timeline with --philly: share of 2-8 GPU jobs made elastic (1..k)")
     ] = 0.0,
     arrival_jitter: Annotated[
-        float,
+        float | None,
         typer.Option(
             help="timeline with --philly: each seed delays every arrival by a uniform draw of up to "
-            "this many seconds, so that jobs submitted in one burst come in each seed's own order "
-            "(Philly's nodes are all alike: without it every seed replays the same run)"
+            "this many seconds (default 60), so that jobs submitted in one burst come in each seed's "
+            "own order (Philly's nodes are all alike: with 0 every seed replays the same run)"
         ),
-    ] = 60.0,
+    ] = None,
     scorer: Annotated[
         str, typer.Option(help="timeline: the placement scorer every policy uses")
     ] = DEFAULT_POLICY,
@@ -131,9 +133,15 @@ def simulate(
         raise typer.BadParameter(str(exc), param_hint="--seeds") from None
     if inflation < 1.0:
         raise typer.BadParameter("must be at least 1.0", param_hint="--inflation")
-    if compress < 0 or not 0 < load <= 2 or not 0 <= elastic_fraction <= 1 or arrival_jitter < 0:
+    jitter = PHILLY_JITTER_S if arrival_jitter is None else arrival_jitter
+    if compress < 0 or not 0 < load <= 2 or not 0 <= elastic_fraction <= 1 or jitter < 0:
         raise typer.BadParameter(
             "--compress >= 0, 0 < --load <= 2, 0 <= --elastic-fraction <= 1, --arrival-jitter >= 0"
+        )
+    if arrival_jitter is not None and philly is None:
+        # A pod list's seeds already differ (each draws its node order): nothing to jitter.
+        raise typer.BadParameter(
+            "only a Philly workload takes it: add --philly", param_hint="--arrival-jitter"
         )
     if philly is not None and mode is not Mode.timeline:
         raise typer.BadParameter(
@@ -147,7 +155,7 @@ def simulate(
         load,
         compress,
         elastic_fraction,
-        arrival_jitter if philly is not None else 0.0,
+        jitter if philly is not None else 0.0,
     )
     try:
         options = json.loads(scorer_options)

@@ -141,10 +141,14 @@ def test_an_unknown_policy_is_refused_with_the_choices() -> None:
     assert "tessera" in result.output
 
 
-def test_a_negative_arrival_jitter_is_refused() -> None:
-    result = runner.invoke(app, ["simulate", "--mode", "timeline", "--arrival-jitter", "-1"])
+def test_an_arrival_jitter_is_refused_when_negative_or_without_philly(tmp_path: Path) -> None:
+    philly = ["--philly", str(tmp_path), "--mode", "timeline"]
+    result = runner.invoke(app, ["simulate", *philly, "--arrival-jitter", "-1"])
     assert result.exit_code != 0
     assert "--arrival-jitter >= 0" in result.output
+    result = runner.invoke(app, ["simulate", "--mode", "timeline", "--arrival-jitter", "30"])
+    assert result.exit_code != 0
+    assert "only a Philly workload" in result.output
 
 
 def test_schema_command_writes_json_schemas(tmp_path: Path) -> None:
