@@ -73,14 +73,13 @@ def test_an_arrival_jitter_makes_each_seed_a_distinct_draw_of_the_same_philly_cl
     assert quotas[0] == quotas[1]
     # Every arrival moves by [0, 60) s, so the k-th arrival does too.
     delays = sorted(x.submit - y.submit for x, y in zip(a.jobs, plain.jobs, strict=True))
-    assert 0.0 <= delays[0] and delays[-1] < 60.0 and delays[len(delays) // 2] > 10.0
+    assert delays[0] >= 0.0 and delays[-1] < 60.0 and delays[len(delays) // 2] > 10.0
     # The same jobs, in another order within the trace's bursts: each seed its own.
     order_a, order_b = [j.work_s for j in a.jobs], [j.work_s for j in b.jobs]
     assert sorted(order_a) == sorted(order_b) and order_a != order_b
     assert [j.submit for j in philly_workload(folder, table, 0.9, jitter_s=60.0, jitter_seed=42).jobs] == [
         j.submit for j in a.jobs
     ]
-
 
 
 def test_fifo_blocks_behind_a_job_that_does_not_fit_and_backfill_does_not() -> None:
