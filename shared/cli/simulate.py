@@ -80,10 +80,16 @@ def _load(nodes: Path, pods: Path) -> tuple[list[NodeSpec], list[TracePod], Typi
     return node_list, pod_list, TypicalWorkload.from_tasks(p.shape for p in pod_list)
 
 
-@cache
 def load_workload(source: Source, seed: int = 0) -> Workload:
     """The workload of one run; ``seed`` matters only to Philly with an arrival jitter (an openb
-    run's seed draws its node order in the simulator)."""
+    run's seed draws its node order in the simulator), so only there is each seed's built apart:
+    an openb workload's node sample and compression are searched once per process."""
+    jittered = source.philly is not None and source.jitter_s > 0
+    return _workload(source, seed if jittered else 0)
+
+
+@cache
+def _workload(source: Source, seed: int) -> Workload:
     if source.philly is not None:
         assert source.throughputs is not None
         return philly_workload(
