@@ -93,8 +93,9 @@ def simulate(
         float | None,
         typer.Option(
             help="timeline with --philly: each seed delays every arrival by a uniform draw of up to "
-            "this many seconds (default 60), so that jobs submitted in one burst come in each seed's "
-            "own order (Philly's nodes are all alike: with 0 every seed replays the same run)"
+            f"this many seconds (default {PHILLY_JITTER_S:g}), so that jobs submitted in one burst "
+            "come in each seed's own order (Philly's nodes are all alike: with 0 every seed replays "
+            "the same run)"
         ),
     ] = None,
     scorer: Annotated[
