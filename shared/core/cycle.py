@@ -157,6 +157,12 @@ class CycleConfig:
     backfill: bool = True
     preempt: bool = True
     reclaim: bool = True
+    consolidate: bool = True
+    """Move small checkpointable jobs to free room elsewhere when that gives the blocked job
+    holding the reservation the nodes it needs (``shared/core/actions/consolidate.py``)."""
+    consolidate_share: float = 0.5
+    """The GPUs moved for one job at most, as a share of its own GPUs (so each job moved is
+    at most half its size): moves serve jobs far larger than what they move."""
     elastic: bool = True
     grace_s: float = 30.0
     """Checkpointable victims' time to checkpoint (others are stopped at once)."""
@@ -206,7 +212,7 @@ class CycleResult:
 
 
 def run_cycle(snapshot: Snapshot, config: CycleConfig, now: float, rng: np.random.Generator) -> CycleResult:
-    from shared.core.actions import allocate, backfill, enqueue, preempt
+    from shared.core.actions import allocate, backfill, consolidate, enqueue, preempt
     from shared.core.actions.context import CycleContext
 
     queues = snapshot.queues
@@ -220,5 +226,6 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig, now: float, rng: np.rando
     allocate.run(ctx)
     if not config.strict:
         preempt.run(ctx)
+        consolidate.run(ctx)
         backfill.run(ctx)
     return ctx.finish()

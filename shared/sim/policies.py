@@ -42,7 +42,14 @@ QUEUE_DEPTH = 256
 """Every policy looks at the first 256 jobs of its order per cycle (Slurm's default_queue_depth
 is 100): the same bound for all, so the comparison is fair, and a cycle's cost no longer grows
 with a queue of thousands."""
-_OFF = {"reserve": False, "backfill": False, "preempt": False, "reclaim": False, "elastic": False}
+_OFF = {
+    "reserve": False,
+    "backfill": False,
+    "preempt": False,
+    "reclaim": False,
+    "elastic": False,
+    "consolidate": False,
+}
 
 POLICIES: dict[str, Callable[[Profile], CycleConfig]] = {
     "fifo": lambda p: CycleConfig(

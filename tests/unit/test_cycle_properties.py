@@ -61,7 +61,7 @@ def worlds(draw: st.DrawFn) -> World:
         free = [n for n in range(cluster.size) if (cluster.gpu_free[n] == 1000).sum() >= gpus]
         if not free:
             break
-        n = free[0]
+        n = free[draw(st.integers(0, len(free) - 1))]  # scattered, so that large jobs find no whole node
         slots = tuple(int(g) for g in np.flatnonzero(cluster.gpu_free[n] == 1000)[:gpus])
         placement = cluster.place(n, shape, slots)
         started = draw(st.sampled_from([NOW - 60.0, NOW - 5_000.0]))
@@ -129,13 +129,18 @@ def test_gangs_start_with_at_least_their_minimum_or_not_at_all(w: World) -> None
 @PROPS
 @given(worlds())
 def test_a_preemption_never_evicts_higher_priority_and_equal_only_to_reclaim(w: World) -> None:
+    """Equal priority is evicted only to reclaim a guarantee, or moved (consolidation: a
+    checkpointable job at most ``consolidate_share`` of the job it makes room for)."""
     result = cycle(w)
     running = {r.job.id: r for r in w.snapshot.running}
     pending = {j.id: j for j in w.snapshot.pending}
     for p in result.of(Preempt):
         victim, by = running[p.victim].job, pending[p.by]
         assert victim.priority <= by.priority
-        if victim.priority == by.priority:
+        if p.reason == "consolidation":
+            assert victim.checkpointable
+            assert victim.gpus <= w.config.consolidate_share * by.gpus
+        elif victim.priority == by.priority:
             assert "reclaim" in p.reason
         assert victim.preemptions < w.config.max_preemptions
         assert running[p.victim].started <= NOW - w.config.min_runtime_s
@@ -224,3 +229,70 @@ def _borrowing(w: World, r: Running) -> bool:
 def test_the_same_snapshot_and_seed_give_the_same_intents(w: World, seed: int) -> None:
     a, b = cycle(w, seed), cycle(w, seed)
     assert a.intents == b.intents and a.unschedulable == b.unschedulable and a.reservations == b.reservations
+
+
+@st.composite
+def scattered(draw: st.DrawFn) -> World:
+    """Nodes holding a few long 1-2 GPU jobs each, spread out, and one large gang waiting."""
+    sizes = draw(st.lists(st.sampled_from([4, 8]), min_size=3, max_size=8))
+    cluster = ClusterState([node(f"n{i}", cpu=64_000, mem=256_000, gpus=g) for i, g in enumerate(sizes)])
+    running: list[Running] = []
+    for k in range(draw(st.integers(1, 12))):
+        gpus = draw(st.sampled_from([1, 2]))
+        shape = TaskShape(2000, 1024, gpus, 1000)
+        free = [n for n in range(cluster.size) if (cluster.gpu_free[n] == 1000).sum() >= gpus]
+        if not free:
+            break
+        n = free[draw(st.integers(0, len(free) - 1))]
+        slots = tuple(int(g) for g in np.flatnonzero(cluster.gpu_free[n] == 1000)[:gpus])
+        job = Job(
+            id=f"r{k}",
+            queue="a",
+            tenant="t",
+            shape=shape,
+            priority=draw(st.sampled_from([0, 100])),  # none the gang may preempt
+            checkpointable=draw(st.booleans()),
+            duration_s=1e9,
+            preemptions=draw(st.integers(0, 3)),
+        )
+        running.append(Running(job, (cluster.place(n, shape, slots),), NOW - 5_000.0))
+    gpus = draw(st.sampled_from([4, 8]))
+    gang = Job(
+        id="gang",
+        queue="a",
+        tenant="t",
+        shape=TaskShape(2000, 1024, gpus, 1000),
+        replicas=draw(st.integers(1, 2)),
+        priority=0,
+    )
+    profile = build_profile("tessera", TypicalWorkload.from_tasks([gang.shape], coverage=1.0))
+    return World(Snapshot(cluster, [gang], running, queues=QueueTree([QueueSpec("a")])), CycleConfig(profile))
+
+
+@PROPS
+@given(scattered())
+def test_a_consolidation_holds_room_for_the_job_and_for_every_job_it_moves(w: World) -> None:
+    """Once the moved jobs are gone, the job fits on the nodes it holds and every moved job
+    fits, at the same time, on the room left elsewhere."""
+    result = cycle(w)
+    moves = [p for p in result.of(Preempt) if p.reason == "consolidation"]
+    if not moves:
+        return
+    moved = {p.victim for p in moves}
+    running = {r.job.id: r for r in w.snapshot.running}
+    assert all(running[v].job.checkpointable and running[v].job.priority <= 0 for v in moved)
+    after = w.snapshot.cluster.copy()
+    for v in moved:
+        for p in running[v].placements:
+            after.remove(p)
+    gang = w.snapshot.pending[0]
+    held = result.reservations[gang.id]
+    assert held.preemption
+    free = {n: int((after.gpu_free[n] == 1000).sum()) for n in range(after.size)}
+    for _ in range(gang.fewest):
+        n = next(n for n in held.nodes if free[n] >= gang.shape.num_gpu)
+        free[n] -= gang.shape.num_gpu
+    for v in sorted(moved, key=lambda v: -running[v].job.shape.num_gpu):
+        need = running[v].job.shape.num_gpu
+        n = next(n for n in range(after.size) if n not in held.nodes and free[n] >= need)
+        free[n] -= need

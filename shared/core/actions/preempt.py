@@ -321,6 +321,10 @@ def _index(ctx: CycleContext) -> VictimIndex:
     return ctx.victims
 
 
+victim_index = _index
+"""The cycle's :class:`VictimIndex`, built on first use (consolidation reads it too)."""
+
+
 def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     """Per running job: may it be evicted for ``job``; and the reason names per rule."""
     cfg, now, idx = ctx.config, ctx.now, _index(ctx)
