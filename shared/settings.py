@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     preempt_min_runtime_s: float = Field(
         600.0, ge=0, description="placement: a job that started less than this ago is not preempted"
     )
+    consolidate: bool = Field(
+        True,
+        description="placement: move small checkpointable jobs (one restart each) to free room elsewhere "
+        "when that gives the blocked job holding the reservation the whole nodes it needs; false: only "
+        "evictions by priority, reclaim and starvation move work",
+    )
     grow_every_s: float = Field(
         1.0,
         ge=0,

@@ -188,6 +188,7 @@ class Worker:
                 max_jobs=self.max_jobs,
                 grace_s=self.settings.preempt_grace_s,
                 min_runtime_s=self.settings.preempt_min_runtime_s,
+                consolidate=self.settings.consolidate,
             )
         return self._config
 
