@@ -144,3 +144,34 @@ def test_best_effort_work_is_not_thrown_away_for_a_job_whose_room_frees_soon() -
     # in all, for the 700 s the high-priority job saved.
     jct = [sum(j.finished - j.spec.submit for j in r.jobs) for r in (weighed, unweighed)]
     assert jct[1] - jct[0] == 2_400.0
+
+
+def test_consolidation_moves_long_small_jobs_so_a_gang_starts_on_whole_nodes() -> None:
+    """Three 4-GPU nodes, each filled with a 3-GPU job until 1,000 s; two long 1-GPU jobs take
+    the last GPU of two of them and run for 100,000 s.  At 2,000 s a gang of 2 x 4 GPUs needs
+    two whole nodes and finds one.  Without consolidation it waits for a long job to end; with
+    it, one long job moves (one restart) beside the other, and the gang starts after the move's
+    grace."""
+    from dataclasses import replace
+
+    nodes = tuple(NodeSpec(f"n{i}", 64_000, 65_536, 4, "V100") for i in range(3))
+    three, four = TaskShape(3000, 3072, 3, 1000), TaskShape(4000, 4096, 4, 1000)
+    fill = [replace(sim_job(f"fill{i}", 0, 1_000.0, three), checkpointable=True) for i in range(3)]
+    long = [replace(sim_job(f"long{i}", 1, 100_000.0), checkpointable=True) for i in range(2)]
+    gang = replace(sim_job("gang", 2_000.0, 500.0, four, replicas=2), checkpointable=True)
+    jobs = [*fill, *long, gang]
+    w = Workload("t", nodes, tuple(jobs), QueueTree([QueueSpec("q")]))
+    profile = build_profile("tessera", TypicalWorkload.from_tasks(j.shape for j in jobs))
+    config = timeline_config("tessera", profile)
+
+    def start(r: TimelineResult, job: str) -> float:
+        return next(j.first_start for j in r.jobs if j.spec.id == job)
+
+    still = run_timeline(w, "tessera", replace(config, consolidate=False), 1)
+    moved = run_timeline(w, "tessera", config, 1)
+    assert still.preemptions == 0 and start(still, "gang") >= 100_000.0  # waits for a long job
+    assert moved.preemptions == 1
+    # The move is decided when the gang arrives, and needs the mover to have run 10 minutes.
+    assert 2_000.0 < start(moved, "gang") <= 2_000.0 + config.grace_s + 1.0
+    assert all(j.finished > 0 for j in moved.jobs)  # the moved job ran to its end elsewhere
+    assert sum(j.lost_gpu_s for j in moved.jobs) == config.restart_overhead_s  # one restart, 1 GPU
