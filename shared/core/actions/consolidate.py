@@ -74,6 +74,8 @@ def _movable(ctx: CycleContext, r: Running, job: Job) -> bool:
 def consolidate_for(ctx: CycleContext, job: Job) -> bool:
     """Move jobs so that ``job``'s fewest replicas fit; on success append the intents."""
     c, need = ctx.cluster, job.fewest
+    if not _room_in_all(ctx, job):
+        return False
     allowed = _usable(ctx, job)
     idx = victim_index(ctx)  # the running tasks by node, shared with preempt
     free: dict[int, int] = {}
@@ -121,6 +123,18 @@ def consolidate_for(ctx: CycleContext, job: Job) -> bool:
         return False
     _commit(ctx, job, used, movers)
     return True
+
+
+def _room_in_all(ctx: CycleContext, job: Job) -> bool:
+    """Whether the whole cluster has as much free room as the job needs.  Moves only relocate
+    work, so without it no plan can succeed: on Philly a 64-GPU gang was blocked in thousands
+    of cycles with about 25 GPUs free, and this spares the search there."""
+    c, s, n = ctx.cluster, job.shape, job.fewest
+    return (
+        int(c.gpu_free.sum()) >= s.total_gpu_milli * n
+        and int(c.cpu_free.sum()) >= s.cpu_milli * n
+        and int(c.mem_free.sum()) >= s.memory_mib * n
+    )
 
 
 def _usable(ctx: CycleContext, job: Job) -> BoolArray:
