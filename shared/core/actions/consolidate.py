@@ -11,11 +11,10 @@ The stage runs after preempt, for each job that holds a (non-preemption) reserva
 still blocked: the first blocked job of the cycle's order, as EASY picks it.
 
 1. **Who may move**: a running checkpointable job of no higher priority, not already leaving,
-   that started at least
-   ``min_runtime_s`` ago and was preempted fewer than ``max_preemptions`` times (a move counts
-   as one; no job is bounced forever).  A move costs it one restart (``restart_overhead_s``),
-   the same as a checkpointed eviction; a job that cannot checkpoint would lose its work, so it
-   never moves.
+   that started at least ``min_runtime_s`` ago and was preempted fewer than
+   ``max_preemptions`` times (a move counts as one; no job is bounced forever).  A move costs
+   it one restart (``restart_overhead_s``), the same as a checkpointed eviction; a job that
+   cannot checkpoint would lose its work, so it never moves.
 2. **Which nodes**: every node the job could use is scored by the GPUs that would move per
    replica it gains once its movable jobs left (nodes that hold replicas already cost nothing);
    the cheapest are taken until the job's fewest replicas fit.  The GPUs moved in all stay
