@@ -58,7 +58,7 @@ def test_a_mover_is_placed_again_on_the_room_it_was_promised() -> None:
             for p in r.placements:
                 after.remove(p)
     left = [r for r in hold if r.job.id not in moved]
-    back = [replace(r.job, id=r.job.id) for r in hold if r.job.id in moved]
+    back = [r.job for r in hold if r.job.id in moved]
     second = run_cycle(
         Snapshot(after, [gang, *back], left, reservations=result.reservations),
         CycleConfig(profile(), order=Fifo(), fair_share=False),

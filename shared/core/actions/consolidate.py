@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.actions import reserve
+from shared.core.actions import preempt, reserve
 from shared.core.actions.context import CycleContext
 from shared.core.actions.placing import decide_one
-from shared.core.actions.preempt import victim_index
-from shared.core.cluster import BoolArray
-from shared.core.cycle import Preempt
-from shared.core.jobs import Job, Reservation, Running
+from shared.core.jobs import Job, Running
 
 REASON = "consolidation"
 
@@ -75,12 +72,11 @@ def consolidate_for(ctx: CycleContext, job: Job) -> bool:
     c, need = ctx.cluster, job.fewest
     if not _room_in_all(ctx, job):
         return False
-    allowed = _usable(ctx, job)
-    idx = victim_index(ctx)  # the running tasks by node, shared with preempt
+    idx = preempt.victim_index(ctx)  # the running tasks by node
     free: dict[int, int] = {}
     # (GPUs moved per replica gained, node, replicas gained, its movers)
     options: list[tuple[float, int, int, list[Running]]] = []
-    for node in np.flatnonzero(allowed).tolist():
+    for node in reserve.candidates(ctx, job).tolist():
         cpu, mem = int(c.cpu_free[node]), int(c.mem_free[node])
         gpu: list[int] = c.gpu_free[node].tolist()
         now_fit = reserve.fit_count(cpu, mem, gpu, job.shape)
@@ -117,10 +113,17 @@ def consolidate_for(ctx: CycleContext, job: Job) -> bool:
     budget = ctx.config.consolidate_share * job.gpus
     if have < need or sum(r.job.gpus for r in movers.values()) > budget + 1e-9:
         return False
-    used = _check(ctx, job, allowed, chosen, movers)
+    used = _check(ctx, job, chosen, movers)
     if used is None:
         return False
-    _commit(ctx, job, used, movers)
+    # Only the movers on the nodes the job uses leave; one on a chosen node it did not need stays.
+    lost = ctx.config.restart_overhead_s
+    leaving = {
+        j: preempt.Unit(r, -1, lost * r.job.gpus, r.job.priority)
+        for j, r in movers.items()
+        if any(p.node in used for p in r.placements)
+    }
+    preempt.commit(ctx, job, leaving, tuple(sorted(used)), REASON)
     return True
 
 
@@ -136,23 +139,12 @@ def _room_in_all(ctx: CycleContext, job: Job) -> bool:
     )
 
 
-def _usable(ctx: CycleContext, job: Job) -> BoolArray:
-    mask = np.ones(ctx.cluster.size, dtype=np.bool_)
-    for f in ctx.config.profile.filters:
-        mask &= f.could_ever_fit(ctx.cluster, job.shape)
-    mask &= ctx.open_to(job)
-    return mask
-
-
-def _check(
-    ctx: CycleContext, job: Job, allowed: BoolArray, chosen: set[int], movers: dict[str, Running]
-) -> set[int] | None:
+def _check(ctx: CycleContext, job: Job, chosen: set[int], movers: dict[str, Running]) -> set[int] | None:
     """The nodes ``job``'s replicas use once ``movers`` left, if every mover also fits again on
     the other nodes (None: the plan does not hold).  The cycle's copy is left as it was."""
     stmt = ctx.stmt
     target = np.zeros(ctx.cluster.size, dtype=np.bool_)
-    target[list(chosen)] = True
-    target &= allowed
+    target[list(chosen)] = True  # candidates of the job, every one
     for r in movers.values():
         for p in r.placements:
             stmt.evict(p)
@@ -177,19 +169,3 @@ def _check(
             stmt.place(d.node, r.job.shape, d.gpus)
     stmt.discard()
     return used if ok else None
-
-
-def _commit(ctx: CycleContext, job: Job, used: set[int], movers: dict[str, Running]) -> None:
-    cfg = ctx.config
-    for r in movers.values():
-        if not any(p.node in used for p in r.placements):
-            continue  # on a chosen node the job did not need in the end: it stays
-        lost = cfg.restart_overhead_s * r.job.gpus
-        ctx.intents.append(Preempt(r.job.id, job.id, cfg.grace_s, REASON, lost))
-        ctx.evicting.add(r.job.id)
-        ctx.add_usage(r.job, r.replicas, -1.0)
-    ctx.release = None  # rebuilt when next asked: the movers now leave within the grace
-    ctx.add_usage(job, job.fewest)
-    start = ctx.now + cfg.grace_s
-    nodes = tuple(sorted(used))
-    ctx.hold(Reservation(job.id, nodes, ctx.now, start, start + cfg.reserve_timeout_s, preemption=True))

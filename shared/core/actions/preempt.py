@@ -315,19 +315,16 @@ def _may_preempt(ctx: CycleContext, job: Job, floor: dict[str, int]) -> bool:
     return False
 
 
-def _index(ctx: CycleContext) -> VictimIndex:
+def victim_index(ctx: CycleContext) -> VictimIndex:
+    """The cycle's :class:`VictimIndex`, built on first use (consolidation reads it too)."""
     if not isinstance(ctx.victims, VictimIndex):
         ctx.victims = VictimIndex(ctx)
     return ctx.victims
 
 
-victim_index = _index
-"""The cycle's :class:`VictimIndex`, built on first use (consolidation reads it too)."""
-
-
 def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     """Per running job: may it be evicted for ``job``; and the reason names per rule."""
-    cfg, now, idx = ctx.config, ctx.now, _index(ctx)
+    cfg, now, idx = ctx.config, ctx.now, victim_index(ctx)
     n = len(idx.running)
     base = np.ones(n, dtype=np.bool_)
     old = idx.job_started <= now - cfg.min_runtime_s
@@ -399,7 +396,7 @@ def _lost_s(ctx: CycleContext, r: Running) -> float:
 
 def preempt_for(ctx: CycleContext, job: Job) -> bool:
     """Find victims for ``job``'s fewest replicas; on success append the intents."""
-    idx = _index(ctx)
+    idx = victim_index(ctx)
     ok, reasons = eligible_jobs(ctx, job)
     if not ok.any():
         return False
@@ -424,7 +421,7 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
         nodes.append(node)
     if cfg.weigh_loss and not _worth_it(ctx, job, sum(u.lost_share_s for u in chosen.values())):
         return False
-    _commit(ctx, job, chosen, tuple(sorted(set(nodes))), "+".join(reasons))
+    commit(ctx, job, chosen, tuple(sorted(set(nodes))), "+".join(reasons))
     return True
 
 
@@ -672,7 +669,9 @@ def release_nodes(ctx: CycleContext, nodes: set[int], idx: VictimIndex) -> None:
             ctx.release.pop(node, None)
 
 
-def _commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[int, ...], why: str) -> None:
+def commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[int, ...], why: str) -> None:
+    """Evict (or shrink) ``chosen`` for ``job`` and hold ``nodes`` for it as a preemption
+    reservation (consolidation commits its moves the same way)."""
     cfg = ctx.config
     grace = 0.0
     shrinks: dict[str, list[int]] = {}
@@ -697,7 +696,7 @@ def _commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[i
     if ctx.release is not None:
         # The victims now leave within their grace: only their nodes' release rows change (a
         # whole rebuild over every running task cost more than the rest of the search).
-        idx = _index(ctx)
+        idx = victim_index(ctx)
         leaving = {idx.by_id[u.running.job.id] for u in chosen.values()}
         touched = {int(idx.node[row]) for k in leaving for row in idx.rows_of_job(k)}
         release_nodes(ctx, touched, idx)
