@@ -97,3 +97,20 @@ def test_young_jobs_and_jobs_at_their_preemption_limit_stay() -> None:
     limit = CycleConfig(profile()).max_preemptions
     tired = [replace(r, job=replace(r.job, preemptions=limit)) for r in hold]
     assert not _cycle(c, [job("four", gpus=4)], tired).of(Preempt)
+
+
+async def test_the_placement_workers_run_it_unless_the_setting_turns_it_off() -> None:
+    from schemas.events import JobAdmitted, NodeRegistered
+    from services.placement.app import Worker
+    from shared.eventstore.memory import InMemoryEventStore
+    from shared.settings import Settings
+    from shared.state.follow import catch_up
+    from tests.unit.test_workload_watch import _append, _inventory, _job
+
+    store = InMemoryEventStore()
+    await _append(store, "node-g2", NodeRegistered(inventory=_inventory("g2", 96, "G2")))
+    await _append(store, "job-a", JobAdmitted(spec=_job("a", 8, 1)))
+    for setting, expected in ((Settings(), True), (Settings(consolidate=False), False)):
+        worker = Worker(setting, "w1", "tessera")
+        await catch_up(worker.view, store)
+        assert worker.config().consolidate is expected
