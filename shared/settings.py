@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -125,6 +126,13 @@ class Settings(BaseSettings):
         description="placement: move small checkpointable jobs (one restart each) to free room elsewhere "
         "when that gives the blocked job holding the reservation the whole nodes it needs; false: only "
         "evictions by priority, reclaim and starvation move work",
+    )
+    requeue_timestamp: Literal["eviction", "creation"] = Field(
+        "eviction",
+        description="placement: where an evicted job queues again in its queue's order (Kueue's "
+        "`requeuingStrategy.timestamp`): `eviction`, behind the jobs that came before it was evicted (jobs "
+        "that never ran go first: a low average JCT); `creation`, at its submission time (evicted long "
+        "jobs finish sooner: more work done by a date, at a higher average JCT)",
     )
     grow_every_s: float = Field(
         1.0,
