@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.bus.topics import TopicNames
+from shared.core.plugins.order.priority_age import RequeueAt
 
 PREFIX = "TESSERA_"
 DEFAULT_QUEUES: dict[str, list[str]] = {
@@ -127,7 +127,7 @@ class Settings(BaseSettings):
         "when that gives the blocked job holding the reservation the whole nodes it needs; false: only "
         "evictions by priority, reclaim and starvation move work",
     )
-    requeue_timestamp: Literal["eviction", "creation"] = Field(
+    requeue_timestamp: RequeueAt = Field(
         "eviction",
         description="placement: where an evicted job queues again in its queue's order (Kueue's "
         "`requeuingStrategy.timestamp`): `eviction`, behind the jobs that came before it was evicted (jobs "
