@@ -154,6 +154,10 @@ class CycleConfig:
     """... and so does any job blocked this long."""
     reserve_timeout_s: float = 3600.0
     """How long past its expected start a non-gang reservation is held (gangs: their timeout)."""
+    reservations_yield: bool = True
+    """A held reservation yields, without back-off, to a blocked job of its queue with a strictly
+    higher priority (``actions/reserve.py``, ``outranked``); off, it is held until its job starts
+    or times out, as plain EASY over a FIFO order does."""
     backfill: bool = True
     preempt: bool = True
     reclaim: bool = True

@@ -49,6 +49,7 @@ _OFF = {
     "reclaim": False,
     "elastic": False,
     "consolidate": False,
+    "reservations_yield": False,
 }
 
 POLICIES: dict[str, Callable[[Profile], CycleConfig]] = {

@@ -12,7 +12,8 @@
 4. A job that does not fit: in a strict order, nothing after it is tried; otherwise the next.
    A blocked job (by default the first, EASY's head of the queue) reserves the nodes where it
    would start first (``actions/reserve.py``); a held reservation that is past its timeout is
-   released and the job backs off.  A placement worker acts only on its own jobs, but another
+   released and the job backs off, and one held for a lower priority than a blocked job of its
+   queue is released to that job (no back-off).  A placement worker acts only on its own jobs, but another
    worker's job that has no room still takes EASY's slot (its worker reserves it).
 5. Once a shape failed with ``k`` replicas on the open nodes, later jobs of that shape with ``k``
    or more replicas fail the same way without a search: the copy only fills up during allocate.
@@ -119,7 +120,7 @@ def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Statu
 def _blocked(ctx: CycleContext, job: Job, status: Status) -> None:
     ctx.unschedulable[job.id] = status
     ctx.blocked.append(job)
-    if ctx.config.reserve and not ctx.reservations_full:
+    if ctx.config.reserve and (not ctx.reservations_full or reserve.outranked(ctx, job) is not None):
         reserve.consider(ctx, job)
     if ctx.config.strict:
         ctx.stopped = BEHIND_HEAD

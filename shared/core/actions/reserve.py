@@ -13,7 +13,9 @@ back-off, while fewer than ``max_reservations`` are held.  By default (both 0, o
 that is EASY backfill's rule: the first blocked job in the cycle's order.  A reservation is released
 ``timeout`` past its expected start if the job still has not started (estimates were wrong and
 the held room idles): a gang's own ``gang.timeout-s``, else ``reserve_timeout_s``; the job then
-backs off for as long.
+backs off for as long.  A reservation also yields, without back-off, to a blocked job of its own
+queue with a strictly higher priority (:func:`outranked`): reservations are kept from cycle to
+cycle, and EASY's slot belongs to the head of the order.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.cluster import IntArray, Placement
+from shared.core.cycle import Release
 from shared.core.jobs import Job, Reservation
 from shared.core.task import MILLI, TaskShape
 
@@ -150,6 +153,30 @@ def refresh(ctx: CycleContext) -> None:
         ctx.reservations[job_id] = Reservation(r.job, r.nodes, r.since, start, r.timeout_at, r.preemption)
 
 
+def outranked(ctx: CycleContext, job: Job) -> str | None:
+    """The held reservation that yields to ``job``, if any: one of a job of its own queue and of
+    strictly lower priority (the lowest such, then the latest made), this worker's to release.
+
+    Reservations are kept from cycle to cycle, so without this a best-effort job that reserved
+    first keeps the room while a high-priority job of its queue comes and waits behind it: the
+    high one may not even evict on those nodes, since they are reserved.  EASY's slot belongs to
+    the head of the order, and within a queue the order is priority first.  Across queues DRF
+    decides the order, so a reservation never yields to another queue's job."""
+    if not ctx.config.reservations_yield:
+        return None
+    found: tuple[int, float, str] | None = None
+    for job_id, r in ctx.reservations.items():
+        holder = ctx.pending_by_id.get(job_id)
+        if r.preemption or holder is None or holder.queue != job.queue or holder.priority >= job.priority:
+            continue
+        if not ctx.actionable(holder):
+            continue
+        key = (holder.priority, -r.since, job_id)
+        if found is None or key < found:
+            found = key
+    return None if found is None else found[2]
+
+
 def consider(ctx: CycleContext, job: Job) -> None:
     """Reserve for a blocked job if it qualifies and nothing is held for it yet.
 
@@ -160,15 +187,19 @@ def consider(ctx: CycleContext, job: Job) -> None:
     other, was due.)"""
     cfg = ctx.config
     mine = ctx.actionable(job)
-    if ctx.reservations_full or job.id in ctx.reservations:
+    if job.id in ctx.reservations:
         return
     if job.id in ctx.backoff:
         if mine:
             ctx.wake(ctx.backoff[job.id])
         return
-    if ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations:
-        ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
-        return
+    if ctx.reservations_full or ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations:
+        lower = outranked(ctx, job) if mine else None
+        if lower is None:
+            ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
+            return
+        ctx.drop_reservation(lower)
+        ctx.intents.append(Release(lower, f"yielded to {job.id}, of higher priority in its queue", ctx.now))
     since = job.since
     small = job.shape.total_gpu_milli * job.replicas < 1000 * cfg.reserve_min_gpus
     if small and ctx.now - since < cfg.reserve_after_s:
