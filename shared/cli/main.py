@@ -35,6 +35,11 @@ class Mode(StrEnum):
     timeline = "timeline"
 
 
+class Requeue(StrEnum):
+    eviction = "eviction"
+    creation = "creation"
+
+
 PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
 PHILLY_JITTER_S = 60.0
 """A Philly seed's largest delay of an arrival: the trace's bursts (median gap 10 s) reorder."""
@@ -108,6 +113,13 @@ def simulate(
             "fill: for every policy given (each must take them); timeline: for --scorer"
         ),
     ] = "{}",
+    requeue_at: Annotated[
+        Requeue,
+        typer.Option(
+            help="timeline: where tessera's evicted jobs queue again, as TESSERA_REQUEUE_TIMESTAMP: "
+            "eviction (jobs that never ran go first) or creation (at their submission time)"
+        ),
+    ] = Requeue.eviction,
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
     """Replay a trace through the scheduling core and compare policies.
@@ -144,6 +156,8 @@ def simulate(
         raise typer.BadParameter(
             "only a Philly workload takes it: add --philly", param_hint="--arrival-jitter"
         )
+    if requeue_at is not Requeue.eviction and mode is not Mode.timeline:
+        raise typer.BadParameter("only a timeline run evicts: add --mode timeline", param_hint="--requeue-at")
     if philly is not None and mode is not Mode.timeline:
         raise typer.BadParameter(
             "Philly traces have no fill protocol: add --mode timeline", param_hint="--philly"
@@ -170,7 +184,19 @@ def simulate(
         except ValueError as exc:  # a knob the policy does not take, or a bad value
             raise typer.BadParameter(str(exc), param_hint="--scorer-options") from None
     try:
-        run(source, chosen, seed_list, mode.value, out, inflation, workers, console, scorer, options)
+        run(
+            source,
+            chosen,
+            seed_list,
+            mode.value,
+            out,
+            inflation,
+            workers,
+            console,
+            scorer,
+            options,
+            "creation" if requeue_at is Requeue.creation else "eviction",
+        )
     except TraceError as exc:
         console.print(f"[red]trace error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
+from shared.core.plugins.order.priority_age import PriorityAge, RequeueAt
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
@@ -71,6 +72,7 @@ class Job:
     inflation: float
     scorer: str = "tessera"
     options: tuple[tuple[str, float | bool], ...] = ()  # the scorer's knobs (``--scorer-options``)
+    requeue_at: RequeueAt = "eviction"  # where tessera's evicted jobs queue again (``--requeue-at``)
 
 
 @cache
@@ -160,7 +162,10 @@ def run_job(job: Job) -> FillResult | dict[str, object]:
     wl = load_workload(job.source, job.seed)
     workload = TypicalWorkload.from_tasks(j.shape for j in wl.jobs)
     profile = build_profile(job.scorer, workload, dict(job.options))
-    result = run_timeline(wl, job.policy, timeline_config(job.policy, profile), job.seed)
+    config = timeline_config(job.policy, profile)
+    if isinstance(config.order, PriorityAge) and job.requeue_at != config.order.requeue_at:
+        config = replace(config, order=replace(config.order, requeue_at=job.requeue_at))
+    result = run_timeline(wl, job.policy, config, job.seed)
     return timeline_record(result)
 
 
@@ -175,6 +180,7 @@ def simulate(
     console: Console,
     scorer: str = "tessera",
     options: Mapping[str, float | bool] | None = None,
+    requeue_at: RequeueAt = "eviction",
 ) -> dict[str, object]:
     """``options``: the scorer's knobs, for every policy of a fill run or for ``scorer`` in a
     timeline run, checked by the caller (``tessera simulate``, with ``check_options``)."""
@@ -185,8 +191,10 @@ def simulate(
         load_workload(source, seeds[0])
     knobs = tuple(sorted((options or {}).items()))
     # The folder says which knobs made it (a default run's summary has no such key).
-    extra: dict[str, object] | None = {"scorer_options": dict(knobs)} if knobs else None
-    jobs = [Job(source, p, s, mode, inflation, scorer, knobs) for p in policies for s in seeds]
+    extra: dict[str, object] = {"scorer_options": dict(knobs)} if knobs else {}
+    if requeue_at != "eviction":
+        extra["requeue_at"] = requeue_at
+    jobs = [Job(source, p, s, mode, inflation, scorer, knobs, requeue_at) for p in policies for s in seeds]
     results = run_all(run_job, jobs, workers, console, f"{mode} runs")
     if mode == "fill":
         fill = [r for r in results if isinstance(r, FillResult)]

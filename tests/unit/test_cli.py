@@ -252,3 +252,40 @@ def test_up_starts_only_the_servers_that_are_the_projects_own(monkeypatch: pytes
     assert stack.own_servers(other_port) == {"postgres.sh": True, "kafka.sh": False}
     monkeypatch.setenv("TESSERA_PG_PORT", "25432")  # the script would run it on another port
     assert not stack.own_servers(Settings())["postgres.sh"]
+
+
+def test_requeue_at_creation_puts_an_evicted_job_back_ahead_of_later_ones(tmp_path: Path) -> None:
+    """One GPU: best-effort ``a`` runs from 0 s, best-effort ``b`` waits from 5 s, high-priority
+    ``c`` comes at 700 s and evicts ``a`` (``b``'s reservation yields to it).  When ``c`` ends at
+    750 s, ``b`` goes first by default (``a``'s wait began at its eviction), ``a`` with
+    ``--requeue-at creation`` (it was submitted first)."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,16384,1,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time\n"
+        "a,1000,1024,1,1000,,BE,Running,0,5000\n"
+        "b,1000,1024,1,1000,,BE,Running,5,15\n"
+        "c,1000,1024,1,1000,,LS,Running,700,750\n"
+    )
+    jct: dict[str, float] = {}
+    for requeue in ("eviction", "creation"):
+        out = tmp_path / requeue
+        args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "tessera"]
+        args += ["--mode", "timeline", "--out", str(out), "--workers", "1", "--compress", "1"]
+        result = runner.invoke(app, [*args, "--requeue-at", requeue])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary.get("requeue_at") == (None if requeue == "eviction" else "creation")
+        row = summary["policies"]["tessera"]
+        assert row["preemptions"] == 1
+        jct[requeue] = row["avg_jct_s"]
+    # eviction: a 0..5760, b 5..760, c 700..750; creation: a 0..5750, b 5..5760, c 700..750.
+    assert jct["eviction"] == round((5760 + 755 + 50) / 3, 1)
+    assert jct["creation"] == round((5750 + 5755 + 50) / 3, 1)
+
+
+def test_requeue_at_is_refused_outside_a_timeline(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--requeue-at", "creation"])
+    assert result.exit_code != 0
+    assert "only a timeline run evicts" in result.output
