@@ -60,3 +60,17 @@ def test_plain_easy_keeps_the_hold_when_the_yield_is_off() -> None:
     result = cycle(_setup(), CycleConfig(profile(), reservations_yield=False), NOW)
     assert not result.of(Release) and not result.of(Preempt)
     assert set(result.reservations) == {"holder"}
+
+
+def test_a_higher_job_with_nowhere_to_reserve_leaves_the_hold_alone() -> None:
+    """No release for nothing: a yield only happens when the higher job reserves in its place
+    (else the holder would release and reserve again every cycle)."""
+    snap = _setup()
+    wide = job("wide", gpus=2, priority=HIGH, submitted=NOW)  # no node has two GPUs
+    snap = Snapshot(snap.cluster, [*snap.pending, wide], snap.running, snap.queues, snap.reservations)
+    result = cycle(snap, CycleConfig(profile(), preempt=False), NOW)
+    assert "late" in result.reservations  # the one-GPU high job still takes it over
+    snap2 = Snapshot(snap.cluster, [snap.pending[0], wide], snap.running, snap.queues, snap.reservations)
+    result2 = cycle(snap2, CycleConfig(profile(), preempt=False), NOW)
+    assert not result2.of(Release)
+    assert set(result2.reservations) == {"holder"}

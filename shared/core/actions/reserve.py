@@ -132,12 +132,18 @@ def earliest(ctx: CycleContext, job: Job, nodes: IntArray) -> tuple[tuple[int, .
     return tuple(sorted({n for _, n in chosen})), chosen[-1][0]
 
 
-def candidates(ctx: CycleContext, job: Job) -> IntArray:
-    """Nodes that could hold a replica when empty and that no other job holds."""
+def candidates(ctx: CycleContext, job: Job, among: tuple[int, ...] | None = None) -> IntArray:
+    """Nodes that could hold a replica when empty and that no other job holds; with ``among``,
+    those of ``among`` that could hold one, held or not (a reservation about to yield)."""
     mask = np.ones(ctx.cluster.size, dtype=np.bool_)
     for f in ctx.config.profile.filters:
         mask &= f.could_ever_fit(ctx.cluster, job.shape)
-    mask &= ctx.open_to(job)
+    if among is None:
+        mask &= ctx.open_to(job)
+    else:
+        chosen = np.zeros(ctx.cluster.size, dtype=np.bool_)
+        chosen[list(among)] = True
+        mask &= chosen & ctx.cluster.schedulable
     return np.flatnonzero(mask).astype(np.int64)
 
 
@@ -193,13 +199,12 @@ def consider(ctx: CycleContext, job: Job) -> None:
         if mine:
             ctx.wake(ctx.backoff[job.id])
         return
+    lower: str | None = None
     if ctx.reservations_full or ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations:
         lower = outranked(ctx, job) if mine else None
         if lower is None:
             ctx.reservations_full = True  # only a placement can free one, and none comes in this stage
             return
-        ctx.drop_reservation(lower)
-        ctx.intents.append(Release(lower, f"yielded to {job.id}, of higher priority in its queue", ctx.now))
     since = job.since
     small = job.shape.total_gpu_milli * job.replicas < 1000 * cfg.reserve_min_gpus
     if small and ctx.now - since < cfg.reserve_after_s:
@@ -210,9 +215,15 @@ def consider(ctx: CycleContext, job: Job) -> None:
         ctx.slots_elsewhere += 1
         ctx.reservations_full = ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations
         return
-    found = earliest(ctx, job, candidates(ctx, job))
+    nodes_open = candidates(ctx, job)
+    if lower is not None:  # the nodes it would yield count as open to this job
+        nodes_open = np.union1d(nodes_open, candidates(ctx, job, ctx.reservations[lower].nodes))
+    found = earliest(ctx, job, nodes_open)
     if found is None:
-        return
+        return  # nowhere to reserve: a lower holder keeps its room (no release and re-reserve churn)
+    if lower is not None:
+        ctx.drop_reservation(lower)
+        ctx.intents.append(Release(lower, f"yielded to {job.id}, of higher priority in its queue", ctx.now))
     nodes, start = found
     timeout = job.gang_timeout_s if job.fewest > 1 else cfg.reserve_timeout_s
     ctx.hold(Reservation(job.id, nodes, ctx.now, start, max(ctx.now, start) + timeout))
