@@ -132,19 +132,18 @@ def earliest(ctx: CycleContext, job: Job, nodes: IntArray) -> tuple[tuple[int, .
     return tuple(sorted({n for _, n in chosen})), chosen[-1][0]
 
 
-def candidates(ctx: CycleContext, job: Job, among: tuple[int, ...] | None = None) -> IntArray:
-    """Nodes that could hold a replica when empty and that no other job holds; with ``among``,
-    those of ``among`` that could hold one, held or not (a reservation about to yield)."""
+def candidates(ctx: CycleContext, job: Job, also: tuple[int, ...] = ()) -> IntArray:
+    """Nodes that could hold a replica when empty and that no other job holds, with ``also``
+    (schedulable nodes of a reservation about to yield) counted as open to the job."""
     mask = np.ones(ctx.cluster.size, dtype=np.bool_)
     for f in ctx.config.profile.filters:
         mask &= f.could_ever_fit(ctx.cluster, job.shape)
-    if among is None:
-        mask &= ctx.open_to(job)
-    else:
-        chosen = np.zeros(ctx.cluster.size, dtype=np.bool_)
-        chosen[list(among)] = True
-        mask &= chosen & ctx.cluster.schedulable
-    return np.flatnonzero(mask).astype(np.int64)
+    open_nodes = ctx.open_to(job)
+    if also:
+        yielded = np.zeros(ctx.cluster.size, dtype=np.bool_)
+        yielded[list(also)] = True
+        open_nodes = open_nodes | (yielded & ctx.cluster.schedulable)
+    return np.flatnonzero(mask & open_nodes).astype(np.int64)
 
 
 def refresh(ctx: CycleContext) -> None:
@@ -215,10 +214,8 @@ def consider(ctx: CycleContext, job: Job) -> None:
         ctx.slots_elsewhere += 1
         ctx.reservations_full = ctx.held_reservations() + ctx.slots_elsewhere >= cfg.max_reservations
         return
-    nodes_open = candidates(ctx, job)
-    if lower is not None:  # the nodes it would yield count as open to this job
-        nodes_open = np.union1d(nodes_open, candidates(ctx, job, ctx.reservations[lower].nodes))
-    found = earliest(ctx, job, nodes_open)
+    yielded = ctx.reservations[lower].nodes if lower is not None else ()
+    found = earliest(ctx, job, candidates(ctx, job, yielded))
     if found is None:
         return  # nowhere to reserve: a lower holder keeps its room (no release and re-reserve churn)
     if lower is not None:
