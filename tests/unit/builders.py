@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from shared.core.cluster import ClusterState
+from shared.core.cycle import CycleConfig
 from shared.core.task import NodeSpec, TaskShape
+from shared.settings import Settings
 
 
 def node(
@@ -22,3 +24,19 @@ def task(
     if milli is None:
         milli = 1000 if gpus else 0
     return TaskShape(cpu_milli=cpu, memory_mib=mem, num_gpu=gpus, gpu_milli=milli, gpu_models=models)
+
+
+async def worker_config(settings: Settings) -> CycleConfig:
+    """The cycle a placement worker runs under ``settings`` (a view of one node and one job)."""
+    from schemas.events import JobAdmitted, NodeRegistered
+    from services.placement.app import Worker
+    from shared.eventstore.memory import InMemoryEventStore
+    from shared.state.follow import catch_up
+    from tests.unit.test_workload_watch import _append, _inventory, _job
+
+    store = InMemoryEventStore()
+    await _append(store, "node-g2", NodeRegistered(inventory=_inventory("g2", 96, "G2")))
+    await _append(store, "job-a", JobAdmitted(spec=_job("a", 8, 1)))
+    worker = Worker(settings, "w1", "tessera")
+    await catch_up(worker.view, store)
+    return worker.config()

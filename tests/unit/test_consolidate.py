@@ -10,7 +10,8 @@ from shared.core.cluster import ClusterState
 from shared.core.cycle import CycleConfig, CycleResult, Place, Preempt, Snapshot, run_cycle
 from shared.core.jobs import Job, Running
 from shared.core.plugins.order.fifo import Fifo
-from tests.unit.builders import cluster, node
+from shared.settings import Settings
+from tests.unit.builders import cluster, node, worker_config
 from tests.unit.test_cycle import job, profile, running
 
 NOW = 10_000.0
@@ -100,17 +101,5 @@ def test_young_jobs_and_jobs_at_their_preemption_limit_stay() -> None:
 
 
 async def test_the_placement_workers_run_it_unless_the_setting_turns_it_off() -> None:
-    from schemas.events import JobAdmitted, NodeRegistered
-    from services.placement.app import Worker
-    from shared.eventstore.memory import InMemoryEventStore
-    from shared.settings import Settings
-    from shared.state.follow import catch_up
-    from tests.unit.test_workload_watch import _append, _inventory, _job
-
-    store = InMemoryEventStore()
-    await _append(store, "node-g2", NodeRegistered(inventory=_inventory("g2", 96, "G2")))
-    await _append(store, "job-a", JobAdmitted(spec=_job("a", 8, 1)))
     for setting, expected in ((Settings(), True), (Settings(consolidate=False), False)):
-        worker = Worker(setting, "w1", "tessera")
-        await catch_up(worker.view, store)
-        assert worker.config().consolidate is expected
+        assert (await worker_config(setting)).consolidate is expected

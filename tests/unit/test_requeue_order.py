@@ -9,7 +9,8 @@ import pytest
 from shared.core.cycle import CycleConfig, Snapshot, run_cycle
 from shared.core.jobs import RuntimeEstimator
 from shared.core.plugins.order.priority_age import PriorityAge
-from tests.unit.builders import cluster, node
+from shared.settings import Settings
+from tests.unit.builders import cluster, node, worker_config
 from tests.unit.test_cycle import job, profile
 
 # Submitted first, ran, was evicted at 500 s; the other job came at 100 s and never ran.
@@ -45,18 +46,6 @@ def test_an_unknown_timestamp_is_refused() -> None:
 
 
 async def test_the_placement_workers_take_it_from_the_setting() -> None:
-    from schemas.events import JobAdmitted, NodeRegistered
-    from services.placement.app import Worker
-    from shared.eventstore.memory import InMemoryEventStore
-    from shared.settings import Settings
-    from shared.state.follow import catch_up
-    from tests.unit.test_workload_watch import _append, _inventory, _job
-
-    store = InMemoryEventStore()
-    await _append(store, "node-g2", NodeRegistered(inventory=_inventory("g2", 96, "G2")))
-    await _append(store, "job-a", JobAdmitted(spec=_job("a", 8, 1)))
     for setting, expected in ((Settings(), "eviction"), (Settings(requeue_timestamp="creation"), "creation")):
-        worker = Worker(setting, "w1", "tessera")
-        await catch_up(worker.view, store)
-        order = worker.config().order
+        order = (await worker_config(setting)).order
         assert isinstance(order, PriorityAge) and order.requeue_at == expected
