@@ -37,36 +37,10 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
+from shared.core.lp import silent_highs
 from shared.core.task import MILLI, NodeSpec, TaskShape
 
 EPS = 1e-6
-
-
-def _highs() -> highspy.Highs:
-    """A silent solver (HiGHS prints a banner when the first one is made: kept off stdout)."""
-    global _BANNER_SHOWN
-    if not _BANNER_SHOWN:
-        import contextlib
-        import os
-        import sys
-
-        sys.stdout.flush()
-        saved = os.dup(1)
-        with open(os.devnull, "w") as null, contextlib.ExitStack():
-            os.dup2(null.fileno(), 1)
-            try:
-                h = highspy.Highs()  # type: ignore[no-untyped-call]
-            finally:
-                os.dup2(saved, 1)
-                os.close(saved)
-        _BANNER_SHOWN = True
-    else:
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", False)
-    return h
-
-
-_BANNER_SHOWN = False
 
 
 @dataclass(frozen=True)
@@ -227,7 +201,7 @@ def offline_bound(
     if not shapes:
         return Bound(0.0, 0.0, total, 0, 0, True)
 
-    master = _highs()
+    master = silent_highs()
     # Rows: one per type (capacity N_t), one per shape (n_s); columns added as generated.
     inf = highspy.kHighsInf
     for t in tlist:
