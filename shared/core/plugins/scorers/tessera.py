@@ -45,7 +45,20 @@ but for two reasons FGD's one-task view misses:
    will not be enough (``P(N_s >= K_s)``, Poisson arrivals until the cluster is full) times its
    GPU.  While slots are plentiful the cost is zero and nothing changes.
 
-The score is ``-(dF_fgd + packing_weight * dF_packing + cpu_weight * dS + pressure + scarcity)``
+6. **Shares judged without the 1-GPU whole-GPU tasks** (``share_view``).  FGD counts a GPU that
+   a share opens as lost to every 1-GPU whole-GPU shape, so a share always took the hole beside
+   another share, however badly the two pair (a 320m task beside a 470m one leaves 210m that
+   almost nothing can use).  Such tasks can use any whole GPU, whole GPUs run short only at the
+   end, and shape scarcity charges for them then, so a shared task's FGD and packing views leave
+   them out (``sharing_shapes``); multi-GPU and model-pinned shapes stay, since their room runs
+   short long before the cluster's.
+
+7. **Pairing by the fluid packing** (``pairing``, ``shared/core/pairing.py``).  The LP packing of
+   the workload's shares says which shares a clairvoyant placer puts together; a shared task
+   costs the change in the final waste of the pattern its GPU is on the way to.
+
+The score is ``-(dF_fgd + packing_weight * dF_packing + cpu_weight * dS + pressure + scarcity
++ pairing)``
 in milli-GPU, banded like kube-scheduler's integer scores (``floor(100 * sigmoid(value / band))``).
 The banding is deliberate: near-equal choices tie, and ties go to the first node in a stable order,
 which packs work onto the same nodes and keeps others whole for large tasks — exact scores spread
@@ -70,6 +83,7 @@ from shared.core.fragmentation import (
 )
 from shared.core.framework import Scores
 from shared.core.node_cache import NodeValueCache
+from shared.core.pairing import pairing_table
 from shared.core.plugins.scorers.fgd import best_per_node
 from shared.core.scarcity import ShapeScarcity
 from shared.core.task import MILLI, TaskShape
@@ -94,6 +108,14 @@ class Args(BaseModel):
     )
     scarcity: bool = Field(
         True, description="charge a placement for the slots it destroys of shapes few nodes can still hold"
+    )
+    share_view: bool = Field(
+        True,
+        description="judge a shared task by the shapes that can share a GPU (scarcity prices whole GPUs)",
+    )
+    pairing: bool = Field(
+        True,
+        description="charge a shared task for steering its GPU off the fluid packing's share patterns",
     )
 
 
@@ -135,6 +157,36 @@ def pool_pressure(workload: TypicalWorkload, cluster: ClusterState) -> FloatArra
     return result
 
 
+def sharing_shapes(workload: TypicalWorkload) -> TypicalWorkload | None:
+    """The shapes a shared task is judged by: all but the 1-GPU whole-GPU shapes that may use
+    any model, at their popularity in the whole workload (not rescaled: the view's milli-GPU
+    weigh as the full view's do).  ``None`` when no shape is left out (the view would be the full
+    one) or no GPU shape is left.
+
+    Such a task can use any whole GPU anywhere, and whole GPUs run short only at the end of a
+    fill, when shape scarcity charges for them.  The others stay:
+
+    * multi-GPU shapes need several whole GPUs on one node, and a share that opens a GPU on an
+      empty node takes that slot at once (left out, ``multigpu80-g2`` lost 0.55 points at @100:
+      the multi-GPU pods that came last found no node with room);
+    * whole-GPU shapes pinned to models: their pool can run out of whole GPUs long before the
+      cluster does, and scarcity, which counts each shape against its own slots, sees that late
+      when pinned shapes of several CPU sizes share a pool (left out, G2-pinned whole-GPU pods
+      failed from 93% arrived load on, on ``gpuspec25-g3``).
+    """
+    pinned = np.array([bool(m) for m in workload.models], dtype=np.bool_)
+    keep = (workload.gpu_milli < MILLI) | pinned | (workload.num_gpu > 1)
+    if keep.all() or not (keep & (workload.num_gpu > 0)).any():
+        return None
+    return TypicalWorkload(
+        cpu=workload.cpu[keep],
+        gpu_milli=workload.gpu_milli[keep],
+        num_gpu=workload.num_gpu[keep],
+        models=tuple(m for m, k in zip(workload.models, keep, strict=True) if k),
+        freq=workload.freq[keep],
+    )
+
+
 def stranded_gpu(cpu_free: IntArray, gpu_free_total: IntArray, ratio: float) -> FloatArray:
     """Idle milli-GPU that the node's free CPU cannot feed at ``ratio`` milli-CPU per milli-GPU."""
     if not 0 < ratio < float("inf"):
@@ -153,6 +205,8 @@ class TesseraScorer:
     conditional: bool = True
     pressure_weight: float = 1.0
     scarcity: bool = True
+    share_view: bool = True
+    pairing: bool = True
     name: str = NAME
     _state: tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float] | None = field(
         default=None, init=False, repr=False
@@ -160,28 +214,39 @@ class TesseraScorer:
     _packing_model: FragmentationModel | None = field(default=None, init=False, repr=False)
     _pressure: FloatArray | None = field(default=None, init=False, repr=False)
     _scarcity: ShapeScarcity | None = field(default=None, init=False, repr=False)
+    _pairing: FloatArray | None = field(default=None, init=False, repr=False)
+    _shares: tuple[FragmentationModel, FragmentationModel, NodeFragmentation] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def _bind(
         self, cluster: ClusterState
     ) -> tuple[FragmentationModel, NodeFragmentation, NodeValueCache, float]:
         if self._state is None:
             model = FragmentationModel(self.workload, cluster.models, self.conditional)
+            every = self.workload.complete or self.workload
             # The packing view sees every shape, rare large ones too (FGD's view keeps the cut).
-            self._packing_model = FragmentationModel(
-                self.workload.complete or self.workload, cluster.models, self.conditional
-            )
+            self._packing_model = FragmentationModel(every, cluster.models, self.conditional)
             self._state = (
                 model,
-                _Combined(self, model, cluster),
+                _Combined(self, model, self._packing_model, cluster),
                 NodeValueCache(cluster.size),
                 cpu_per_gpu_milli(self.workload),
             )
             if self.scarcity:
-                self._scarcity = ShapeScarcity(
-                    self._packing_model, self.workload.complete or self.workload, cluster
-                )
-            pressure = pool_pressure(self.workload.complete or self.workload, cluster)
+                self._scarcity = ShapeScarcity(self._packing_model, every, cluster)
+            pressure = pool_pressure(every, cluster)
             self._pressure = self.pressure_weight * pressure if pressure.any() else None
+            if self.pairing:
+                per_model = [
+                    cluster.gpu_count[cluster.model_idx == i].sum() for i in range(len(cluster.models))
+                ]
+                self._pairing = pairing_table(every, cluster.models, np.array(per_model, dtype=np.float64))
+            cut, complete = sharing_shapes(self.workload), sharing_shapes(every)
+            if self.share_view and cut is not None and complete is not None:
+                share = FragmentationModel(cut, cluster.models, self.conditional)
+                share_packing = FragmentationModel(complete, cluster.models, self.conditional)
+                self._shares = (share, share_packing, _Combined(self, share, share_packing, cluster))
         return self._state
 
     def objective(
@@ -191,12 +256,13 @@ class TesseraScorer:
         cpu: IntArray,
         gpu: IntArray,
         mdl: IntArray,
+        packing: FragmentationModel,
     ) -> FloatArray:
-        """The quantity a placement should grow least, in milli-GPU, for K node states."""
+        """The quantity a placement should grow least, in milli-GPU, for K node states (``model``
+        for FGD's view, ``packing`` for the fill-the-node view)."""
         value = model.frag(cpu, gpu, mdl)
         if self.packing_weight:
-            pmodel = self._packing_model if self._packing_model is not None else model
-            value = value + self.packing_weight * pmodel.packing_frag(cpu, gpu, mdl)
+            value = value + self.packing_weight * packing.packing_frag(cpu, gpu, mdl)
         if self.cpu_weight:
             value = value + self.cpu_weight * stranded_gpu(cpu, gpu.sum(axis=1), ratio)
         return value
@@ -205,17 +271,25 @@ class TesseraScorer:
         self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator
     ) -> Scores:
         model, now_state, cache, ratio = self._bind(cluster)
+        packing = self._packing_model or model
+        if task.is_shared and self._shares is not None:
+            # A shape is always scored in one view, so the cache's entries stay consistent.
+            model, packing, now_state = self._shares
         now = now_state.current(cluster)
         pressure = self._pressure
         scarcity = self._scarcity
+        pairing = self._pairing if task.is_shared else None
 
         def compute(nodes: IntArray) -> tuple[FloatArray, IntArray]:
             # The cache keeps the raw delta of each node's chosen state; banding comes after the
             # scarcity term, which depends on the whole cluster and so cannot be cached per node.
             cpu, gpu, mdl, owner, slot = after_states(cluster, nodes, task)
-            delta = self.objective(model, ratio, cpu, gpu, mdl) - now[nodes][owner]
+            delta = self.objective(model, ratio, cpu, gpu, mdl, packing) - now[nodes][owner]
             if pressure is not None:
                 delta = delta + task.total_gpu_milli * pressure[mdl]
+            if pairing is not None:  # what the chosen GPU will finally waste, before and after
+                after = MILLI - gpu[np.arange(owner.size), slot]
+                delta = delta + pairing[mdl, after] - pairing[mdl, after - task.gpu_milli]
             if not task.is_shared:
                 return delta, slot
             value = self._banded(delta)
@@ -266,9 +340,16 @@ class TesseraScorer:
 class _Combined(NodeFragmentation):
     """Each node's current objective value, refreshed for nodes whose version moved."""
 
-    def __init__(self, scorer: TesseraScorer, model: FragmentationModel, cluster: ClusterState) -> None:
+    def __init__(
+        self,
+        scorer: TesseraScorer,
+        model: FragmentationModel,
+        packing: FragmentationModel,
+        cluster: ClusterState,
+    ) -> None:
         super().__init__(model, cluster)
         self._scorer = scorer
+        self._packing = packing
         self._ratio = cpu_per_gpu_milli(scorer.workload)
 
     def evaluate(self, cluster: ClusterState, nodes: IntArray) -> FloatArray:
@@ -278,6 +359,7 @@ class _Combined(NodeFragmentation):
             cluster.cpu_free[nodes],
             cluster.gpu_free[nodes],
             cluster.model_idx[nodes],
+            self._packing,
         )
 
 
@@ -291,4 +373,6 @@ def build(args: Args) -> TesseraScorer:
         conditional=args.conditional,
         pressure_weight=args.pressure_weight,
         scarcity=args.scarcity,
+        share_view=args.share_view,
+        pairing=args.pairing,
     )
