@@ -108,7 +108,8 @@ class Settings(BaseSettings):
     scorer_options: dict[str, float | bool] = Field(
         default_factory=dict,
         description='placement: the scorer\'s knobs as JSON, e.g. `{"scarcity": false}`; for `tessera`: '
-        "packing_weight, cpu_weight, band, gpu_fit_weight, conditional, pressure_weight, scarcity (README, "
+        "packing_weight, cpu_weight, band, gpu_fit_weight, conditional, pressure_weight, scarcity, "
+        "share_view, pairing (README, "
         '"Tessera\'s policy, and why"); `fgd` and the baselines have none.  A worker refuses to start on a '
         "name or value its policy does not take",
     )

@@ -111,7 +111,7 @@ class Args(BaseModel):
     )
     share_view: bool = Field(
         True,
-        description="judge a shared task by the shapes that can share a GPU (scarcity prices whole GPUs)",
+        description="judge a shared task without the 1-GPU whole-GPU shapes that may run anywhere",
     )
     pairing: bool = Field(
         True,
