@@ -114,6 +114,10 @@ class ClusterState:
         other.schedulable = self.schedulable.copy()
         return other
 
+    def gpus_per_model(self) -> npt.NDArray[np.float64]:
+        """GPUs of each model in ``models``, in its order."""
+        return np.array([float(self.gpu_count[self.model_idx == i].sum()) for i in range(len(self.models))])
+
     def model_mask(self, models: tuple[str, ...]) -> BoolArray:
         """Nodes whose GPU model is one of ``models`` (every GPU node when ``models`` is empty)."""
         if not models:

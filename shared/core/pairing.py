@@ -185,9 +185,7 @@ def demand_per_model(
 def pairing_table(workload: TypicalWorkload, models: tuple[str, ...], gpus: FloatArray) -> FloatArray:
     """(len(models) + 1, MILLI + 1): ``W`` per GPU model (``gpus``: the cluster's GPUs of each);
     the last row, for nodes without GPUs, is never read (no share runs there)."""
-    used = np.arange(MILLI + 1)
-    table = np.tile((MILLI - used).astype(np.float64), (len(models) + 1, 1))
-    table[:, 0] = 0.0
+    table = np.tile(final_waste([]), (len(models) + 1, 1))  # no pattern: every free share is lost
     solved: dict[tuple[tuple[int, float], ...], FloatArray] = {}
     for i, demand in enumerate(demand_per_model(workload, models, gpus)):
         total = sum(demand.values())

@@ -138,7 +138,7 @@ def pool_pressure(workload: TypicalWorkload, cluster: ClusterState) -> FloatArra
     add nothing: they can go anywhere.  0 everywhere when no shape names a model.
     """
     models = cluster.models
-    cap = np.array([float(cluster.gpu_count[cluster.model_idx == i].sum()) for i in range(len(models))])
+    cap = cluster.gpus_per_model()
     pinned = np.zeros(len(models))
     total = 0.0
     for k in range(len(workload)):
@@ -238,12 +238,10 @@ class TesseraScorer:
             pressure = pool_pressure(every, cluster)
             self._pressure = self.pressure_weight * pressure if pressure.any() else None
             if self.pairing:
-                per_model = [
-                    cluster.gpu_count[cluster.model_idx == i].sum() for i in range(len(cluster.models))
-                ]
-                self._pairing = pairing_table(every, cluster.models, np.array(per_model, dtype=np.float64))
-            cut, complete = sharing_shapes(self.workload), sharing_shapes(every)
-            if self.share_view and cut is not None and complete is not None:
+                self._pairing = pairing_table(every, cluster.models, cluster.gpus_per_model())
+            cut = sharing_shapes(self.workload) if self.share_view else None
+            complete = sharing_shapes(every) if cut is not None else None
+            if cut is not None and complete is not None:
                 share = FragmentationModel(cut, cluster.models, self.conditional)
                 share_packing = FragmentationModel(complete, cluster.models, self.conditional)
                 self._shares = (share, share_packing, _Combined(self, share, share_packing, cluster))
