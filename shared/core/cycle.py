@@ -36,7 +36,7 @@ from typing import TypeVar
 import numpy as np
 
 from shared.core.cluster import BoolArray, ClusterState, Placement
-from shared.core.framework import Profile, Status
+from shared.core.framework import Profile, ReadsBacklog, Status
 from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
 from shared.core.memo import CycleMemo, PendingDelta, RunningDelta
 from shared.core.plugins.order.base import JobOrder
@@ -226,6 +226,8 @@ def run_cycle(snapshot: Snapshot, config: CycleConfig, now: float, rng: np.rando
     if snapshot.memo is not None:
         preempt.follow_memo(snapshot)
     ctx = CycleContext(snapshot, config, now, rng, queues)
+    if isinstance(config.profile.scorer, ReadsBacklog):
+        config.profile.scorer.begin_cycle(snapshot.pending, now)
     enqueue.run(ctx)
     allocate.run(ctx)
     if not config.strict:

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.core.cluster import BoolArray, ClusterState, first_free_gpus
+from shared.core.jobs import Job
 from shared.core.task import TaskShape
 
 FloatArray = npt.NDArray[np.float64]
@@ -91,6 +92,20 @@ class ScorePlugin(Protocol):
     def score(
         self, cluster: ClusterState, task: TaskShape, feasible: IntArray, rng: np.random.Generator
     ) -> Scores: ...
+
+
+@runtime_checkable
+class ReadsBacklog(Protocol):
+    """A scorer whose view depends on the work that waits, not only on the nodes.
+
+    ``run_cycle`` calls ``begin_cycle`` once per cycle, before any stage places, with the
+    snapshot's pending jobs and the cycle's time; the scorer keeps what it needs of them until the
+    next call, so its scores stay a function of the cycle's inputs.  A caller that only calls
+    ``decide`` (the fill protocol's pods, one at a time) never calls it: the scorer's view is then
+    that of an empty backlog.
+    """
+
+    def begin_cycle(self, pending: Sequence[Job], now: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 
 from shared.core.cluster import ClusterState
+from shared.core.cycle import CycleConfig, Place, Snapshot, run_cycle
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import decide
+from shared.core.jobs import Job
 from shared.core.pairing import demand_per_model, final_waste, fluid_patterns, pairing_table
 from shared.core.plugins.scorers.tessera import sharing_shapes
 from shared.core.registry import build_profile
@@ -90,6 +92,30 @@ def test_a_share_keeps_off_the_hole_a_better_partner_will_fill() -> None:
     assert chosen == {(False, False): 0, (False, True): 0, (True, False): 0, (True, True): 1}
     # A 470m share completes the planned pair.
     assert _gpu_for(c, task(gpus=1, milli=470), workload, True, True) == 0
+
+
+def test_the_share_view_holds_only_while_no_whole_gpu_work_waits() -> None:
+    # The scene above, in a cycle: a 2-GPU job that does not fit is pending beside the 320m
+    # share.  Once it has waited (submitted before the cycle's time), whole GPUs are short now,
+    # not only at the end, so the share is judged as FGD judges it and takes the hole on GPU 0;
+    # submitted at the cycle's time, it has not waited, and the view sends the share to GPU 1.
+    shapes = [task(gpus=1, milli=m) for m in (470, 470, 320, 320, 650, 650)]
+    workload = _workload(*shapes, *[task(gpus=1)] * 8)
+    c = cluster(node(gpus=2))
+    c.place(0, task(gpus=1, milli=470), (0,))
+    config = CycleConfig(build_profile("tessera", workload), reserve=False, preempt=False)
+
+    def share_gpu(big_since: float) -> int:
+        big = Job(id="big", queue="q", tenant="t", shape=task(gpus=2), submitted=big_since)
+        share = Job(id="share", queue="q", tenant="t", shape=task(gpus=1, milli=320), submitted=100.0)
+        result = run_cycle(Snapshot(c, [big, share]), config, 100.0, np.random.default_rng(0))
+        [place] = [i for i in result.intents if isinstance(i, Place)]
+        assert place.job == "share"
+        return place.placements[0].gpus[0]
+
+    assert share_gpu(big_since=0.0) == 0
+    assert share_gpu(big_since=100.0) == 1
+    assert share_gpu(big_since=0.0) == 0  # decided afresh each cycle
 
 
 def test_the_share_view_leaves_out_only_1_gpu_whole_gpu_shapes_that_may_run_anywhere() -> None:

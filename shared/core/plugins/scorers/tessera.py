@@ -51,7 +51,11 @@ but for two reasons FGD's one-task view misses:
    almost nothing can use).  Such tasks can use any whole GPU, whole GPUs run short only at the
    end, and shape scarcity charges for them then, so a shared task's FGD and packing views leave
    them out (``sharing_shapes``); multi-GPU and model-pinned shapes stay, since their room runs
-   short long before the cluster's.
+   short long before the cluster's.  The premise fails while work that needs whole GPUs waits
+   (a busy cluster in steady state): whole GPUs are short *now*.  So the view holds only in a
+   cycle whose snapshot has no such job pending from before the cycle's time (``begin_cycle``);
+   otherwise shares are judged by the full view, as FGD judges them.  The fill protocol never
+   has a backlog, so there the view always holds.
 
 7. **Pairing by the fluid packing** (``pairing``, ``shared/core/pairing.py``).  The LP packing of
    the workload's shares says which shares a clairvoyant placer puts together; a shared task
@@ -68,6 +72,7 @@ with the best banded score and, among those, the least share left (``gpu_fit_wei
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +87,7 @@ from shared.core.fragmentation import (
     after_states,
 )
 from shared.core.framework import Scores
+from shared.core.jobs import Job
 from shared.core.node_cache import NodeValueCache
 from shared.core.pairing import pairing_table
 from shared.core.plugins.scorers.fgd import best_per_node
@@ -111,7 +117,10 @@ class Args(BaseModel):
     )
     share_view: bool = Field(
         True,
-        description="judge a shared task without the 1-GPU whole-GPU shapes that may run anywhere",
+        description=(
+            "judge a shared task without the 1-GPU whole-GPU shapes that may run anywhere, "
+            "except in a cycle where a job needing whole GPUs has been waiting"
+        ),
     )
     pairing: bool = Field(
         True,
@@ -215,9 +224,20 @@ class TesseraScorer:
     _pressure: FloatArray | None = field(default=None, init=False, repr=False)
     _scarcity: ShapeScarcity | None = field(default=None, init=False, repr=False)
     _pairing: FloatArray | None = field(default=None, init=False, repr=False)
-    _shares: tuple[FragmentationModel, FragmentationModel, NodeFragmentation] | None = field(
+    _shares: tuple[FragmentationModel, FragmentationModel, NodeFragmentation, NodeValueCache] | None = field(
         default=None, init=False, repr=False
     )
+    _whole_gpus_wanted: bool = field(default=False, init=False, repr=False)
+
+    def begin_cycle(self, pending: Sequence[Job], now: float) -> None:
+        """Whole GPUs are short while a job that needs them waits: one pending since before
+        ``now`` turns the share view off for this cycle (``framework.ReadsBacklog``)."""
+        viewless = self._state is not None and self._shares is None  # bound, no share view
+        self._whole_gpus_wanted = (
+            self.share_view
+            and not viewless
+            and any(j.shape.num_gpu > 0 and not j.shape.is_shared and j.since < now for j in pending)
+        )
 
     def _bind(
         self, cluster: ClusterState
@@ -244,7 +264,12 @@ class TesseraScorer:
             if cut is not None and complete is not None:
                 share = FragmentationModel(cut, cluster.models, self.conditional)
                 share_packing = FragmentationModel(complete, cluster.models, self.conditional)
-                self._shares = (share, share_packing, _Combined(self, share, share_packing, cluster))
+                self._shares = (
+                    share,
+                    share_packing,
+                    _Combined(self, share, share_packing, cluster),
+                    NodeValueCache(cluster.size),  # a shape scored in both views: one cache each
+                )
         return self._state
 
     def objective(
@@ -270,9 +295,8 @@ class TesseraScorer:
     ) -> Scores:
         model, now_state, cache, ratio = self._bind(cluster)
         packing = self._packing_model or model
-        if task.is_shared and self._shares is not None:
-            # A shape is always scored in one view, so the cache's entries stay consistent.
-            model, packing, now_state = self._shares
+        if task.is_shared and self._shares is not None and not self._whole_gpus_wanted:
+            model, packing, now_state, cache = self._shares
         now = now_state.current(cluster)
         pressure = self._pressure
         scarcity = self._scarcity
