@@ -40,6 +40,11 @@ class Requeue(StrEnum):
     creation = "creation"
 
 
+class Within(StrEnum):
+    age = "age"
+    response_ratio = "response-ratio"
+
+
 PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
 PHILLY_JITTER_S = 60.0
 """A Philly seed's largest delay of an arrival: the trace's bursts (median gap 10 s) reorder."""
@@ -120,6 +125,22 @@ def simulate(
             "eviction (jobs that never ran go first) or creation (at their submission time)"
         ),
     ] = Requeue.eviction,
+    order_within: Annotated[
+        Within,
+        typer.Option(
+            help="timeline: tessera's order within a priority class: age (oldest first) or "
+            "response-ratio (highest (wait + expected run time) / expected run time first, "
+            "expected from a declared duration, else the learnt mean)"
+        ),
+    ] = Within.age,
+    declared_durations: Annotated[
+        float | None,
+        typer.Option(
+            help="timeline with --philly: every job declares a duration, its run time times "
+            "exp(SIGMA x N(0,1)) (0: exact; 1: off by a factor of 2.7 typically); unset: none, "
+            "as the trace is"
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
     """Replay a trace through the scheduling core and compare policies.
@@ -158,6 +179,14 @@ def simulate(
         )
     if requeue_at is not Requeue.eviction and mode is not Mode.timeline:
         raise typer.BadParameter("only a timeline run evicts: add --mode timeline", param_hint="--requeue-at")
+    if order_within is not Within.age and (mode is not Mode.timeline or requeue_at is not Requeue.eviction):
+        raise typer.BadParameter(
+            "a timeline run's order, with evicted jobs queued again at eviction", param_hint="--order-within"
+        )
+    if declared_durations is not None and (philly is None or declared_durations < 0):
+        raise typer.BadParameter(
+            "a Philly timeline run's error, at least 0", param_hint="--declared-durations"
+        )
     if philly is not None and mode is not Mode.timeline:
         raise typer.BadParameter(
             "Philly traces have no fill protocol: add --mode timeline", param_hint="--philly"
@@ -171,6 +200,7 @@ def simulate(
         compress,
         elastic_fraction,
         jitter if philly is not None else 0.0,
+        declared_durations,
     )
     try:
         options = json.loads(scorer_options)
@@ -196,6 +226,7 @@ def simulate(
             scorer,
             options,
             "creation" if requeue_at is Requeue.creation else "eviction",
+            "response-ratio" if order_within is Within.response_ratio else "age",
         )
     except TraceError as exc:
         console.print(f"[red]trace error:[/red] {exc}")

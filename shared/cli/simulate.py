@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -14,6 +15,7 @@ from rich.table import Table
 from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.plugins.order.priority_age import PriorityAge, RequeueAt
+from shared.core.plugins.order.response_ratio import ResponseRatio
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
@@ -23,6 +25,9 @@ from shared.sim.report import SUMMARY_POINTS, timeline_record, write_fill, write
 from shared.sim.timeline import run_timeline
 from shared.sim.trace import TracePod, load_nodes, load_pods
 from shared.sim.workload import Workload, openb_workload, philly_workload
+
+OrderWithin = Literal["age", "response-ratio"]
+"""tessera's order within a priority class: ``priority_age`` (the default) or ``response_ratio``."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -57,6 +62,7 @@ class Source:
     compress: float = 0.0  # 0: automatic (see load_workload)
     elastic_fraction: float = 0.0
     jitter_s: float = 0.0  # Philly: each seed delays every arrival by up to this (philly_workload)
+    duration_error: float | None = None  # Philly: jobs declare durations with this error (philly_workload)
 
     @property
     def name(self) -> str:
@@ -73,6 +79,7 @@ class Job:
     scorer: str = "tessera"
     options: tuple[tuple[str, float | bool], ...] = ()  # the scorer's knobs (``--scorer-options``)
     requeue_at: RequeueAt = "eviction"  # where tessera's evicted jobs queue again (``--requeue-at``)
+    order_within: OrderWithin = "age"  # tessera's order within a priority class (``--order-within``)
 
 
 @cache
@@ -86,7 +93,7 @@ def load_workload(source: Source, seed: int = 0) -> Workload:
     """The workload of one run; ``seed`` matters only to Philly with an arrival jitter (an openb
     run's seed draws its node order in the simulator), so only there is each seed's built apart:
     an openb workload's node sample and compression are searched once per process."""
-    jittered = source.philly is not None and source.jitter_s > 0
+    jittered = source.philly is not None and (source.jitter_s > 0 or source.duration_error is not None)
     return _workload(source, seed if jittered else 0)
 
 
@@ -102,6 +109,7 @@ def _workload(source: Source, seed: int) -> Workload:
             source.elastic_fraction,
             jitter_s=source.jitter_s,
             jitter_seed=seed,
+            duration_error=source.duration_error,
         )
     nodes, raw, _ = _load(source.nodes, source.pods)
     if source.compress > 0:  # as the user asked: every node, arrivals divided by --compress
@@ -165,6 +173,8 @@ def run_job(job: Job) -> FillResult | dict[str, object]:
     config = timeline_config(job.policy, profile)
     if isinstance(config.order, PriorityAge) and job.requeue_at != config.order.requeue_at:
         config = replace(config, order=replace(config.order, requeue_at=job.requeue_at))
+    if isinstance(config.order, PriorityAge) and job.order_within == "response-ratio":
+        config = replace(config, order=ResponseRatio())
     result = run_timeline(wl, job.policy, config, job.seed)
     return timeline_record(result)
 
@@ -181,6 +191,7 @@ def simulate(
     scorer: str = "tessera",
     options: Mapping[str, float | bool] | None = None,
     requeue_at: RequeueAt = "eviction",
+    order_within: OrderWithin = "age",
 ) -> dict[str, object]:
     """``options``: the scorer's knobs, for every policy of a fill run or for ``scorer`` in a
     timeline run, checked by the caller (``tessera simulate``, with ``check_options``)."""
@@ -194,7 +205,15 @@ def simulate(
     extra: dict[str, object] = {"scorer_options": dict(knobs)} if knobs else {}
     if requeue_at != "eviction":
         extra["requeue_at"] = requeue_at
-    jobs = [Job(source, p, s, mode, inflation, scorer, knobs, requeue_at) for p in policies for s in seeds]
+    if order_within != "age":
+        extra["order_within"] = order_within
+    if source.duration_error is not None:
+        extra["duration_error"] = source.duration_error
+    jobs = [
+        Job(source, p, s, mode, inflation, scorer, knobs, requeue_at, order_within)
+        for p in policies
+        for s in seeds
+    ]
     results = run_all(run_job, jobs, workers, console, f"{mode} runs")
     if mode == "fill":
         fill = [r for r in results if isinstance(r, FillResult)]

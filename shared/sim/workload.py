@@ -208,6 +208,7 @@ def philly_workload(
     seed: int = 0,
     jitter_s: float = 0.0,
     jitter_seed: int = 0,
+    duration_error: float | None = None,
 ) -> Workload:
     """Merge every ``*.trace`` in ``folder``; arrival times are divided by ``compress``.
 
@@ -215,7 +216,17 @@ def philly_workload(
     (``jitter_seed`` draws it; the cluster is sized from the arrivals as they are, so every draw
     gets the same nodes).  Philly's nodes are all alike, so without it every seed of a simulation
     replays the same run; with it, jobs submitted within a few seconds of each other (the
-    trace's bursts) come in each seed's own order, and the seeds are distinct draws."""
+    trace's bursts) come in each seed's own order, and the seeds are distinct draws.
+
+    ``duration_error``: None (the trace as it is: jobs declare no duration, the scheduler learns
+    run times from finished jobs), or each job declares a duration (``duration-s``) of its run
+    time times ``exp(duration_error * N(0, 1))``, drawn by ``jitter_seed``.  A Philly job names its
+    steps on its command line and the throughput table is its model's profiled speed, so a
+    duration can be declared; the error stands for what that misses (0: exact; 1: a typical
+    error of a factor of 2.7 either way).  Every policy reads a declared duration (backfill and
+    reservations); ``sjf`` still reads the true run time."""
+    if duration_error is not None and duration_error < 0:
+        raise ValueError("duration_error must be at least 0")
     table = load_throughputs(throughputs)
     files = sorted(folder.glob("*.trace"))
     if not files:
@@ -272,6 +283,9 @@ def philly_workload(
             speed = tuple(steps_per_s(table, job_type, k)[0] / full for k in range(1, gpus + 1))
             job = replace(job, shape=one, replicas=gpus, min_replicas=1, speed=speed)
         jobs.append(job)
+    if duration_error is not None:
+        error = np.exp(duration_error * np.random.default_rng([jitter_seed, 13]).standard_normal(len(jobs)))
+        jobs = [replace(j, duration_s=j.work_s * float(e)) for j, e in zip(jobs, error, strict=True)]
     hours = sum(gpu_hours.values())
     queues = QueueTree(
         QueueSpec(
@@ -290,7 +304,8 @@ def philly_workload(
         tuple(jobs),
         queues,
         compress=compress,
-        notes={"throughputs_estimated": estimated, "jobs": len(raw)},
+        notes={"throughputs_estimated": estimated, "jobs": len(raw)}
+        | ({"duration_error": duration_error} if duration_error is not None else {}),
     )
 
 

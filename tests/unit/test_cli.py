@@ -285,6 +285,23 @@ def test_requeue_at_creation_puts_an_evicted_job_back_ahead_of_later_ones(tmp_pa
     assert jct["creation"] == round((5750 + 5755 + 50) / 3, 1)
 
 
+def test_the_order_within_and_declared_durations_are_refused_where_they_cannot_apply(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--order-within", "response-ratio"])
+    assert result.exit_code != 0
+    assert "a timeline run's order" in result.output
+    timeline = ["simulate", "--mode", "timeline", "--order-within", "response-ratio"]
+    result = runner.invoke(app, [*timeline, "--requeue-at", "creation"])
+    assert result.exit_code != 0
+    assert "queued again at eviction" in result.output
+    result = runner.invoke(app, ["simulate", "--mode", "timeline", "--declared-durations", "1"])
+    assert result.exit_code != 0
+    assert "a Philly timeline run's error" in result.output
+    philly = ["simulate", "--mode", "timeline", "--philly", str(tmp_path), "--declared-durations=-1"]
+    result = runner.invoke(app, philly)
+    assert result.exit_code != 0
+    assert "Invalid value for --declared-durations" in result.output
+
+
 def test_requeue_at_is_refused_outside_a_timeline(tmp_path: Path) -> None:
     result = runner.invoke(app, ["simulate", "--requeue-at", "creation"])
     assert result.exit_code != 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shared.cli.simulate import node_sample
@@ -61,6 +62,27 @@ def _run(jobs: list[SimJob], policy: str, gpus: int = 4) -> dict[str, object]:
     w = Workload("t", nodes, tuple(jobs), QueueTree([QueueSpec("q")]))
     profile = build_profile("tessera", TypicalWorkload.from_tasks(j.shape for j in jobs))
     return summarise(run_timeline(w, policy, timeline_config(policy, profile), 1))
+
+
+def test_philly_jobs_declare_durations_only_when_asked_with_the_error_asked() -> None:
+    folder, table = PHILLY / "gavel-derived-per-vc-seed0", PHILLY / "gavel_isolated_throughputs.csv"
+    assert all(j.duration_s is None for j in philly_workload(folder, table, 0.9).jobs)  # as the trace is
+    exact = philly_workload(folder, table, 0.9, duration_error=0.0)
+    assert all(j.duration_s == j.work_s for j in exact.jobs)
+    a = philly_workload(folder, table, 0.9, jitter_seed=42, duration_error=1.0)
+    b = philly_workload(folder, table, 0.9, jitter_seed=43, duration_error=1.0)
+    ratios = np.array([j.duration_s / j.work_s for j in a.jobs if j.duration_s is not None])
+    assert ratios.size == len(a.jobs)
+    # exp(N(0, 1)): the median error is about 1, a typical one a factor of e either way.
+    assert 0.9 < float(np.median(ratios)) < 1.1
+    assert 0.9 < float(np.std(np.log(ratios))) < 1.1
+    assert [j.duration_s for j in a.jobs] != [j.duration_s for j in b.jobs]  # each seed its own draw
+    assert [j.duration_s for j in a.jobs] == [
+        j.duration_s for j in philly_workload(folder, table, 0.9, jitter_seed=42, duration_error=1.0).jobs
+    ]
+    assert a.notes["duration_error"] == 1.0
+    with pytest.raises(ValueError, match="at least 0"):
+        philly_workload(folder, table, 0.9, duration_error=-0.5)
 
 
 def test_an_arrival_jitter_makes_each_seed_a_distinct_draw_of_the_same_philly_cluster() -> None:

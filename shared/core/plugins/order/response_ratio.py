@@ -1,0 +1,39 @@
+"""Order: highest response ratio next (Brinch Hansen's HRRN), on top of the priority class.
+
+A job's value is ``priority + (wait + d) / d``, where ``d`` is its expected run time (the
+duration it declared, else the estimator's learnt mean): within a class, the job whose wait is
+largest relative to its length goes first.  Short jobs go ahead of long ones, which is what
+lowers the average completion time, but a waiting job's ratio grows without bound, so a long job
+is never passed for good: it ages at one point per its own expected run time of waiting.  Across
+classes the same ageing applies (a normal job passes a newly come high one after waiting about
+100 times its own length), so there is no knob.  Preemption compares the priority alone, as
+``priority_age`` does.
+
+It pays off only as far as ``d`` says something of one job.  On Philly (one class, learnt
+per-VC means only) it cut the median JCT from 156 h to 146 h and cost 0.2 points of
+utilisation; with durations declared within a factor of about 2.7 it came to 66-68 h
+(``docs/results/timeline/history.md``, 2026-12-06).  The default order stays ``priority_age``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.core.jobs import Job, RuntimeEstimator
+
+NAME = "response-ratio"
+
+
+@dataclass(frozen=True)
+class ResponseRatio:
+    name: str = NAME
+    preemptive: bool = False
+    static: bool = False  # the ratio grows with ``now``: the order is sorted afresh each cycle
+
+    def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
+        expected = max(1.0, estimator.estimate(job))
+        ratio = (max(0.0, now - job.since) + expected) / expected
+        return (-(job.priority + ratio), job.since, job.id)
+
+    def rank(self, job: Job, attained_gpu_s: float) -> float:
+        return float(job.priority)
