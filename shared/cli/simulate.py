@@ -90,9 +90,10 @@ def _load(nodes: Path, pods: Path) -> tuple[list[NodeSpec], list[TracePod], Typi
 
 
 def load_workload(source: Source, seed: int = 0) -> Workload:
-    """The workload of one run; ``seed`` matters only to Philly with an arrival jitter (an openb
-    run's seed draws its node order in the simulator), so only there is each seed's built apart:
-    an openb workload's node sample and compression are searched once per process."""
+    """The workload of one run; ``seed`` matters only to Philly with an arrival jitter or declared
+    durations (each seed draws its own; an openb run's seed draws its node order in the
+    simulator), so only there is each seed's built apart: an openb workload's node sample and
+    compression are searched once per process."""
     jittered = source.philly is not None and (source.jitter_s > 0 or source.duration_error is not None)
     return _workload(source, seed if jittered else 0)
 
