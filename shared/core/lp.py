@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -18,7 +17,7 @@ def silent_highs() -> highspy.Highs:
     if not _BANNER_SHOWN:
         sys.stdout.flush()
         saved = os.dup(1)
-        with open(os.devnull, "w") as null, contextlib.ExitStack():
+        with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 1)
             try:
                 h = highspy.Highs()  # type: ignore[no-untyped-call]

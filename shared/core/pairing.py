@@ -167,17 +167,17 @@ def demand_per_model(
 ) -> list[dict[int, float]]:
     """Per GPU model, the popularity of each share size that may use it: a shape naming models
     spreads its demand over them in proportion to their GPUs (``gpus``: the cluster's per model)."""
-    cap = gpus
+    access = workload.access(models)
     per_model: list[dict[int, float]] = [{} for _ in models]
     for k in range(len(workload)):
         m, n = int(workload.gpu_milli[k]), int(workload.num_gpu[k])
         if n != 1 or not 0 < m < MILLI:
             continue
-        allowed = np.array([not workload.models[k] or name in workload.models[k] for name in models])
-        if not allowed.any() or cap[allowed].sum() <= 0:
+        allowed = access[:, k]
+        if not allowed.any() or gpus[allowed].sum() <= 0:
             continue
         for i in np.flatnonzero(allowed).tolist():
-            part = float(workload.freq[k]) * float(cap[i]) / float(cap[allowed].sum())
+            part = float(workload.freq[k]) * float(gpus[i]) / float(gpus[allowed].sum())
             per_model[i][m] = per_model[i].get(m, 0.0) + part
     return per_model
 

@@ -148,6 +148,7 @@ def pool_pressure(workload: TypicalWorkload, cluster: ClusterState) -> FloatArra
     """
     models = cluster.models
     cap = cluster.gpus_per_model()
+    access = workload.access(models)
     pinned = np.zeros(len(models))
     total = 0.0
     for k in range(len(workload)):
@@ -155,7 +156,7 @@ def pool_pressure(workload: TypicalWorkload, cluster: ClusterState) -> FloatArra
             continue
         volume = float(workload.freq[k] * workload.num_gpu[k] * workload.gpu_milli[k])
         total += volume
-        allowed = np.array([m in workload.models[k] for m in models], dtype=np.bool_)
+        allowed = access[:, k]
         if not workload.models[k] or not allowed.any() or cap[allowed].sum() == 0:
             continue
         pinned += np.where(allowed, volume * cap / cap[allowed].sum(), 0.0)
