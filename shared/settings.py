@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.bus.topics import TopicNames
 from shared.core.plugins.order.priority_age import RequeueAt
+from shared.core.plugins.order.within import OrderWithin
 
 PREFIX = "TESSERA_"
 DEFAULT_QUEUES: dict[str, list[str]] = {
@@ -134,6 +135,14 @@ class Settings(BaseSettings):
         "`requeuingStrategy.timestamp`): `eviction`, behind the jobs that came before it was evicted (jobs "
         "that never ran go first: a low average JCT); `creation`, at its submission time (evicted long "
         "jobs finish sooner: more work done by a date, at a higher average JCT)",
+    )
+    order_within: OrderWithin = Field(
+        "age",
+        description="placement: the order of a queue's jobs within a priority class: `age`, oldest first; "
+        "`response-ratio`, highest (wait + expected run time) / expected run time first, the expected run "
+        "time being the job's `duration-s`, else the mean learnt from its tenant's finished jobs of its "
+        "shape (short jobs first, a long job ages in by its own length: a lower average JCT where jobs "
+        'declare durations; README, "Order in a queue")',
     )
     grow_every_s: float = Field(
         1.0,

@@ -39,7 +39,7 @@ from shared.core.cluster import BoolArray
 from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.framework import Profile
-from shared.core.plugins.order.priority_age import PriorityAge
+from shared.core.plugins.order.within import order_within
 from shared.core.registry import DEFAULT_POLICY, build_profile, check_options
 from shared.core.task import TaskShape
 from shared.core.workload_watch import Relearning
@@ -190,7 +190,7 @@ class Worker:
                 grace_s=self.settings.preempt_grace_s,
                 min_runtime_s=self.settings.preempt_min_runtime_s,
                 consolidate=self.settings.consolidate,
-                order=PriorityAge(requeue_at=self.settings.requeue_timestamp),
+                order=order_within(self.settings.order_within, self.settings.requeue_timestamp),
             )
         return self._config
 

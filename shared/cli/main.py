@@ -128,9 +128,9 @@ def simulate(
     order_within: Annotated[
         Within,
         typer.Option(
-            help="timeline: tessera's order within a priority class: age (oldest first) or "
-            "response-ratio (highest (wait + expected run time) / expected run time first, "
-            "expected from a declared duration, else the learnt mean)"
+            help="timeline: tessera's order within a priority class, as TESSERA_ORDER_WITHIN: age "
+            "(oldest first) or response-ratio (highest (wait + expected run time) / expected run time "
+            "first, expected from a declared duration, else the learnt mean)"
         ),
     ] = Within.age,
     declared_durations: Annotated[
@@ -179,10 +179,8 @@ def simulate(
         )
     if requeue_at is not Requeue.eviction and mode is not Mode.timeline:
         raise typer.BadParameter("only a timeline run evicts: add --mode timeline", param_hint="--requeue-at")
-    if order_within is not Within.age and (mode is not Mode.timeline or requeue_at is not Requeue.eviction):
-        raise typer.BadParameter(
-            "a timeline run's order, with evicted jobs queued again at eviction", param_hint="--order-within"
-        )
+    if order_within is not Within.age and mode is not Mode.timeline:
+        raise typer.BadParameter("a timeline run's order: add --mode timeline", param_hint="--order-within")
     if declared_durations is not None and (philly is None or declared_durations < 0):
         raise typer.BadParameter(
             "a Philly timeline run's error, at least 0", param_hint="--declared-durations"

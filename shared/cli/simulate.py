@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +14,7 @@ from rich.table import Table
 from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.plugins.order.priority_age import PriorityAge, RequeueAt
-from shared.core.plugins.order.response_ratio import ResponseRatio
+from shared.core.plugins.order.within import OrderWithin, order_within
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
@@ -25,9 +24,6 @@ from shared.sim.report import SUMMARY_POINTS, timeline_record, write_fill, write
 from shared.sim.timeline import run_timeline
 from shared.sim.trace import TracePod, load_nodes, load_pods
 from shared.sim.workload import Workload, openb_workload, philly_workload
-
-OrderWithin = Literal["age", "response-ratio"]
-"""tessera's order within a priority class: ``priority_age`` (the default) or ``response_ratio``."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -172,10 +168,8 @@ def run_job(job: Job) -> FillResult | dict[str, object]:
     workload = TypicalWorkload.from_tasks(j.shape for j in wl.jobs)
     profile = build_profile(job.scorer, workload, dict(job.options))
     config = timeline_config(job.policy, profile)
-    if isinstance(config.order, PriorityAge) and job.requeue_at != config.order.requeue_at:
-        config = replace(config, order=replace(config.order, requeue_at=job.requeue_at))
-    if isinstance(config.order, PriorityAge) and job.order_within == "response-ratio":
-        config = replace(config, order=ResponseRatio())
+    if isinstance(config.order, PriorityAge):  # tessera's: the placement workers' settings apply
+        config = replace(config, order=order_within(job.order_within, job.requeue_at))
     result = run_timeline(wl, job.policy, config, job.seed)
     return timeline_record(result)
 

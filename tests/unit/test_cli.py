@@ -289,10 +289,6 @@ def test_the_order_within_and_declared_durations_are_refused_where_they_cannot_a
     result = runner.invoke(app, ["simulate", "--order-within", "response-ratio"])
     assert result.exit_code != 0
     assert "a timeline run's order" in result.output
-    timeline = ["simulate", "--mode", "timeline", "--order-within", "response-ratio"]
-    result = runner.invoke(app, [*timeline, "--requeue-at", "creation"])
-    assert result.exit_code != 0
-    assert "queued again at eviction" in result.output
     result = runner.invoke(app, ["simulate", "--mode", "timeline", "--declared-durations", "1"])
     assert result.exit_code != 0
     assert "a Philly timeline run's error" in result.output

@@ -4,11 +4,16 @@ short jobs first, long ones aged in by their own length, classes still first."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from pydantic import ValidationError
 
 from shared.core.cycle import CycleConfig, Snapshot, run_cycle
 from shared.core.jobs import Job, RuntimeEstimator
+from shared.core.plugins.order.priority_age import PriorityAge
 from shared.core.plugins.order.response_ratio import ResponseRatio
-from tests.unit.builders import cluster, node
+from shared.core.plugins.order.within import order_within
+from shared.settings import Settings
+from tests.unit.builders import cluster, node, worker_config
 from tests.unit.test_cycle import job, profile
 
 
@@ -57,3 +62,40 @@ def test_the_order_moves_with_time_so_it_is_not_kept_between_cycles() -> None:
     long, short = job("long", duration_s=1_000.0), job("short", submitted=1_000.0, duration_s=100.0)
     assert sorted([long, short], key=lambda j: order.key(j, 1_000.0, est))[0].id == "long"  # 2 > 1
     assert sorted([long, short], key=lambda j: order.key(j, 1_200.0, est))[0].id == "short"  # 3 > 2.2
+
+
+def test_with_creation_an_evicted_job_counts_its_wait_from_its_submission() -> None:
+    # Both declare 1,000 s.  At 2,000 s the evicted one has waited 500 s since its eviction
+    # (ratio 1.5) but 2,000 s since its submission (ratio 3); the other has waited 1,000 s (2).
+    evicted = job(
+        "evicted", submitted=0.0, queued_since=1_500.0, attempt=1, preemptions=1, duration_s=1_000.0
+    )
+    other = job("other", submitted=1_000.0, duration_s=1_000.0)
+    c = cluster(node("a", gpus=1))
+    for requeue_at, first in (("eviction", "other"), ("creation", "evicted")):
+        order = ResponseRatio(requeue_at=requeue_at)  # type: ignore[arg-type]
+        config = CycleConfig(profile(), order=order, reserve=False, preempt=False, reclaim=False)
+        result = run_cycle(Snapshot(c, [evicted, other]), config, 2_000.0, np.random.default_rng(0))
+        assert set(result.placed) == {first}
+
+
+def test_an_unknown_requeue_timestamp_is_refused() -> None:
+    with pytest.raises(ValueError, match="requeue_at"):
+        ResponseRatio(requeue_at="later")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="response-ratio"):
+        order_within("shortest")  # type: ignore[arg-type]
+
+
+async def test_the_placement_workers_take_it_from_the_setting() -> None:
+    default = (await worker_config(Settings())).order
+    assert isinstance(default, PriorityAge) and default.requeue_at == "eviction"
+    chosen = (
+        await worker_config(Settings(order_within="response-ratio", requeue_timestamp="creation"))
+    ).order
+    assert isinstance(chosen, ResponseRatio) and chosen.requeue_at == "creation"
+
+
+def test_the_setting_names_its_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_ORDER_WITHIN", "shortest-first")
+    with pytest.raises(ValidationError, match="response-ratio"):
+        Settings()

@@ -7,7 +7,8 @@ lowers the average completion time, but a waiting job's ratio grows without boun
 is never passed for good: it ages at one point per its own expected run time of waiting.  Across
 classes the same ageing applies (a normal job passes a newly come high one after waiting about
 100 times its own length), so there is no knob.  Preemption compares the priority alone, as
-``priority_age`` does.
+``priority_age`` does.  ``requeue_at`` says, as there, whether an evicted job's wait counts from
+its eviction (the default) or from its submission.
 
 It pays off only as far as ``d`` says something of one job.  On Philly (one class, learnt
 per-VC means only) it cut the median JCT from 156 h to 146 h and cost 0.2 points of
@@ -20,20 +21,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.core.jobs import Job, RuntimeEstimator
+from shared.core.plugins.order.priority_age import RequeueAt
 
 NAME = "response-ratio"
 
 
 @dataclass(frozen=True)
 class ResponseRatio:
+    requeue_at: RequeueAt = "eviction"
     name: str = NAME
     preemptive: bool = False
     static: bool = False  # the ratio grows with ``now``: the order is sorted afresh each cycle
 
+    def __post_init__(self) -> None:
+        if self.requeue_at not in ("eviction", "creation"):
+            raise ValueError(f"requeue_at must be 'eviction' or 'creation', not {self.requeue_at!r}")
+
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
+        since = job.submitted if self.requeue_at == "creation" else job.since
         expected = max(1.0, estimator.estimate(job))
-        ratio = (max(0.0, now - job.since) + expected) / expected
-        return (-(job.priority + ratio), job.since, job.id)
+        ratio = (max(0.0, now - since) + expected) / expected
+        return (-(job.priority + ratio), since, job.id)
 
     def rank(self, job: Job, attained_gpu_s: float) -> float:
         return float(job.priority)
