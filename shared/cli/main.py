@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 from shared.cli.reach import run_reaching
+from shared.core.plugins.order.priority_age import RequeueAt
+from shared.core.plugins.order.within import OrderWithin
 from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES, check_options
 from shared.sim.policies import TIMELINE_POLICIES
 from shared.sim.trace import TraceError
@@ -33,16 +35,6 @@ console = Console()
 class Mode(StrEnum):
     fill = "fill"
     timeline = "timeline"
-
-
-class Requeue(StrEnum):
-    eviction = "eviction"
-    creation = "creation"
-
-
-class Within(StrEnum):
-    age = "age"
-    response_ratio = "response-ratio"
 
 
 PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
@@ -119,20 +111,20 @@ def simulate(
         ),
     ] = "{}",
     requeue_at: Annotated[
-        Requeue,
+        RequeueAt,
         typer.Option(
             help="timeline: where tessera's evicted jobs queue again, as TESSERA_REQUEUE_TIMESTAMP: "
             "eviction (jobs that never ran go first) or creation (at their submission time)"
         ),
-    ] = Requeue.eviction,
+    ] = "eviction",
     order_within: Annotated[
-        Within,
+        OrderWithin,
         typer.Option(
             help="timeline: tessera's order within a priority class, as TESSERA_ORDER_WITHIN: age "
             "(oldest first) or response-ratio (highest (wait + expected run time) / expected run time "
             "first, expected from a declared duration, else the learnt mean)"
         ),
-    ] = Within.age,
+    ] = "age",
     declared_durations: Annotated[
         float | None,
         typer.Option(
@@ -177,9 +169,9 @@ def simulate(
         raise typer.BadParameter(
             "only a Philly workload takes it: add --philly", param_hint="--arrival-jitter"
         )
-    if requeue_at is not Requeue.eviction and mode is not Mode.timeline:
+    if requeue_at != "eviction" and mode is not Mode.timeline:
         raise typer.BadParameter("only a timeline run evicts: add --mode timeline", param_hint="--requeue-at")
-    if order_within is not Within.age and mode is not Mode.timeline:
+    if order_within != "age" and mode is not Mode.timeline:
         raise typer.BadParameter("a timeline run's order: add --mode timeline", param_hint="--order-within")
     if declared_durations is not None and (philly is None or declared_durations < 0):
         raise typer.BadParameter(
@@ -223,8 +215,8 @@ def simulate(
             console,
             scorer,
             options,
-            "creation" if requeue_at is Requeue.creation else "eviction",
-            "response-ratio" if order_within is Within.response_ratio else "age",
+            requeue_at,
+            order_within,
         )
     except TraceError as exc:
         console.print(f"[red]trace error:[/red] {exc}")
