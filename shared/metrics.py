@@ -43,6 +43,12 @@ PLACEMENT_EVENTS = Counter(
     ["type"],
 )
 PENDING_JOBS = Gauge("tessera_pending_jobs", "Jobs waiting in this worker's view after its last cycle")
+WAITING_JOBS = Gauge(
+    "tessera_waiting_jobs",
+    "This worker's jobs its last cycle left waiting, by why (the plugin or rule that stopped them: "
+    "GpuFit, QueueMax, QueueDepth, Reserved, ...)",
+    ["kind"],
+)
 PREEMPTION_EVENTS = Counter(
     "tessera_preemption_events_total",
     "Events the preemption service appended, by type (EvictionStarted, JobPreempted, NodeNotReady, ...)",

@@ -301,6 +301,8 @@ class Worker:
             pending = [j for j in self.view.pending() if j.spec.id in owned] if self.view.cluster else []
             growable = self.growable() if self.view.cluster else []
             if not pending and not (growable and self._grow_due()):
+                if not pending and self.stats.waiting_count:
+                    self.stats.waiting({}, {})  # nothing of this worker's waits any more
                 await self._sleep_until_change(follower, 0.5)
                 continue
             if growable:
@@ -321,6 +323,7 @@ class Worker:
                 continue
             t1 = time.perf_counter()
             self.stats.cycle(t1 - t0, len(self.view.pending_ids()))
+            self.stats.waiting(decision.waiting, decision.reserved)
             if not decision.events:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue

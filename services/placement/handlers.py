@@ -41,6 +41,7 @@ from schemas.events import (
 )
 from shared.core.cluster import BoolArray, Placement
 from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, Resize, run_cycle
+from shared.core.framework import Status
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
 from shared.state.snapshot import SnapshotBuilder
@@ -78,7 +79,11 @@ class Unit:
 @dataclass(frozen=True)
 class Plan:
     units: list[Unit]
-    unschedulable: dict[str, str]
+    waiting: dict[str, Status]
+    """This worker's jobs the cycle left waiting, in the cycle's order, each with the plugin or
+    rule that stopped it (Slurm's REASON column, Kubernetes' ``Unschedulable`` condition)."""
+    reserved: dict[str, str] = field(default_factory=dict)
+    """Of those, the ones holding a reservation: where, and when they should start."""
 
     @property
     def events(self) -> list[NewEvent]:
@@ -228,9 +233,16 @@ def plan(
             u = unit(intent.job)
             u.on_job(view, intent.job, grow)
             u.on_nodes(versions, grow)
-    reasons = {
-        job: status.reason or status.plugin
-        for job, status in result.unschedulable.items()
-        if snapshot.actionable is None or job in snapshot.actionable
+    actionable = snapshot.actionable
+    waiting = {
+        job: status for job, status in result.unschedulable.items() if actionable is None or job in actionable
     }
-    return Plan([units[o] for o in order], reasons)
+    reserved: dict[str, str] = {}
+    for job, held in result.reservations.items():
+        if job in waiting:
+            names = ", ".join(cluster.names[n] for n in held.nodes[:4])
+            more = ", ..." if len(held.nodes) > 4 else ""
+            start = max(0.0, held.expected_start - now)
+            where = f"{len(held.nodes)} node(s) ({names}{more})"
+            reserved[job] = f"Reserved: holds {where} as they free; starts in ~{start:.0f} s"
+    return Plan([units[o] for o in order], waiting, reserved)

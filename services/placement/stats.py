@@ -6,16 +6,35 @@ one and forgotten in the other was the risk when each call site updated both."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
 from shared import metrics
+from shared.core.framework import Status
 from shared.eventstore.port import NewEvent
 
 STAGES = ("plan", "append", "catch_up")
 """Where a cycle's time goes: planning (``run_cycle``), appending its events, catching up after."""
+WAITING_SHOWN = 1000
+"""The jobs whose reason the JSON file lists, at most (the first in the cycle's order, those
+next in line); the counts by kind cover all of them."""
+RESERVED = "Reserved"
+
+
+def kind(status: Status) -> str:
+    """The short name of why a job waits: the plugin or rule that stopped it."""
+    return status.plugin or "Unschedulable"
+
+
+def sentence(status: Status) -> str:
+    """Why a job waits, as ``tessera status`` shows it: ``Kind: what``."""
+    name = kind(status)
+    text = status.reason or name
+    return text if text.startswith(f"{name}:") else f"{name}: {text}"
 
 
 @dataclass
@@ -25,6 +44,9 @@ class PlacementStats:
     cycles: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    _waiting: Mapping[str, Status] = field(default_factory=dict)
+    _reserved: Mapping[str, str] = field(default_factory=dict)
+    _kinds_shown: set[str] = field(default_factory=set)
 
     def cycle(self, plan_s: float, pending: int) -> None:
         """A cycle was planned in ``plan_s``; ``pending`` jobs wait in the worker's view."""
@@ -33,6 +55,41 @@ class PlacementStats:
         metrics.PLACEMENT_CYCLES.inc()
         metrics.PLACEMENT_CYCLE_SECONDS.observe(plan_s)
         metrics.PENDING_JOBS.set(pending)
+
+    def waiting(self, jobs: Mapping[str, Status], reserved: Mapping[str, str]) -> None:
+        """What the last cycle left waiting (replacing what the one before left), each job with
+        its status; ``reserved``: the holders' sentences.  Kept as handed: a cycle may leave ten
+        thousand jobs, so the sentences and counts are made only when reported (once a second)."""
+        self._waiting, self._reserved = jobs, reserved
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
+    def _waiting_report(self) -> tuple[dict[str, str], dict[str, int]]:
+        """Why the first ``WAITING_SHOWN`` waiting jobs wait, and how many wait for each kind
+        (set on ``tessera_waiting_jobs`` too)."""
+        sentences: dict[int, str] = {}
+        why = {}
+        for job, status in islice(self._waiting.items(), WAITING_SHOWN):
+            said = self._reserved.get(job)
+            if said is None:
+                said = sentences.get(id(status))
+                if said is None:
+                    said = sentences[id(status)] = sentence(status)
+            why[job] = said
+        kinds = Counter(kind(s) for s in self._waiting.values())
+        if self._reserved:
+            for job in self._reserved:
+                kinds[kind(self._waiting[job])] -= 1
+            kinds[RESERVED] += len(self._reserved)
+        counts = {k: n for k, n in kinds.items() if n > 0}
+        for gone in self._kinds_shown - counts.keys():
+            metrics.WAITING_JOBS.labels(gone).set(0)
+        for k, n in counts.items():
+            metrics.WAITING_JOBS.labels(k).set(n)
+        self._kinds_shown = set(counts)
+        return why, counts
 
     def conflict(self) -> None:
         """An append lost a race with another writer (its chunk is planned again)."""
@@ -58,6 +115,7 @@ class PlacementStats:
     def report(self) -> dict[str, object]:
         """The JSON file's counting part (the worker adds its name and view position)."""
         lat = np.array(self.latencies_ms) if self.latencies_ms else np.zeros(1)
+        why, kinds = self._waiting_report()
         return {
             "placements": self.placements,
             "conflicts": self.conflicts,
@@ -65,4 +123,6 @@ class PlacementStats:
             "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
             "latency_p99_ms": round(float(np.percentile(lat, 99)), 1),
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "waiting_kinds": kinds,
+            "waiting": why,
         }

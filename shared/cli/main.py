@@ -486,11 +486,13 @@ def uncordon(
 
 @app.command()
 def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list")] = 15) -> None:
-    """Nodes, queues and jobs as the event store has them."""
+    """Nodes, queues and jobs as the event store has them; a waiting job with why it waits, as
+    the placement workers' last cycles said."""
 
     from rich.table import Table
 
     from shared.cli import stack
+    from shared.settings import Settings
 
     view, rejections = run_reaching(stack.read_view(), "reading the cluster's state", console)
     services = stack.running_services()
@@ -524,18 +526,19 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
         )
         console.print(f"[yellow]node {name}: {what}[/yellow]")
     console.print(queue_table(view))
+    why, kinds = stack.waiting_reasons(Settings().stats_dir)
     recent = Table(title=f"latest {jobs} jobs ({view.admitted} admitted, {len(rejections)} rejected)")
-    for col in ("job", "tenant", "queue", "state", "nodes"):
+    for col in ("job", "tenant", "queue", "state", "nodes or why it waits"):
         recent.add_column(col)
     for record in sorted(view.jobs.values(), key=lambda r: -r.admitted_at)[:jobs]:
-        recent.add_row(
-            record.spec.id,
-            record.spec.tenant,
-            record.spec.queue,
-            record.activity,
-            ",".join(sorted({b.node for b in record.bindings})),
-        )
+        where = ",".join(sorted({b.node for b in record.bindings}))
+        if record.state == "pending":
+            where = why.get(record.spec.id, "not yet looked at by a placement worker")
+        recent.add_row(record.spec.id, record.spec.tenant, record.spec.queue, record.activity, where)
     console.print(recent)
+    if kinds:
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        console.print(f"waiting, by why (the placement workers' last cycles): {counts}")
     for job, reason in list(rejections.items())[-5:]:
         console.print(f"[yellow]rejected {job}: {reason}[/yellow]")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -180,6 +181,22 @@ def running_services() -> dict[str, int]:
         if pid is not None:
             out[path.stem] = pid
     return out
+
+
+def waiting_reasons(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """Why jobs wait, as the placement workers' last cycles said (their ``placement-*.json``
+    under ``TESSERA_STATS_DIR``): each listed job's reason, and how many wait for each kind."""
+    why: dict[str, str] = {}
+    kinds: dict[str, int] = {}
+    for path in sorted(folder.glob("placement-*.json")) if folder.exists() else []:
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being replaced, or an older worker's file: the next status reads it
+        why.update(body.get("waiting", {}))
+        for kind, n in body.get("waiting_kinds", {}).items():
+            kinds[kind] = kinds.get(kind, 0) + int(n)
+    return why, kinds
 
 
 def stop_all(names: Iterable[str] | None = None, timeout: float = 10.0) -> list[str]:

@@ -46,12 +46,19 @@ async def start(live: LiveStack, tmp_path: Path, nodes: int) -> None:
 
 async def test_a_gang_of_four_starts_whole_after_reserving_its_nodes(live: LiveStack, tmp_path: Path) -> None:
     await start(live, tmp_path, nodes=2)
-    filler = [job(f"fill-{i}", seconds=4.0) for i in range(14)]  # 14 of the 16 GPUs for 4 s
+    filler = [job(f"fill-{i}", seconds=6.0) for i in range(14)]  # 14 of the 16 GPUs for 6 s
     await stack.submit(filler, live.settings)
     await asyncio.sleep(1.5)
     gang = job("gang", gpus=2, seconds=2.0, replicas=4, gang={"min-member": 4})
     late = [job(f"late-{i}", seconds=30.0) for i in range(2)]  # would take the 2 free GPUs for long
     await stack.submit([gang, *late], live.settings)
+    # While it waits, the worker says why (its stats file, as `tessera status` reads it).
+    said: set[str] = set()
+    deadline = time.monotonic() + 4.0
+    while time.monotonic() < deadline and not any(w.startswith("Reserved:") for w in said):
+        said |= {r["waiting"]["gang"] for r in live.stats() if "gang" in r.get("waiting", {})}
+        await asyncio.sleep(0.2)
+    assert any(w.startswith("Reserved: holds 2 node(s)") for w in said), said
     states = await live.wait_terminal(["gang", *(j.id for j in filler)], timeout=90)
     assert set(states.values()) == {"finished"}
     events = await log_of(live.settings.database_url)

@@ -4,6 +4,8 @@ the ended jobs a service keeps, and still counts every job admitted and rejected
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -28,7 +30,7 @@ async def _add(store: PostgresEventStore, stream: str, event: object) -> None:
 
 
 async def test_status_counts_every_job_and_lists_the_kept_ones(
-    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     store = await PostgresEventStore.connect(fresh_database, max_size=2)
     try:
@@ -52,6 +54,18 @@ async def test_status_counts_every_job_and_lists_the_kept_ones(
     assert rejections == {"bad": "unknown-queue: no queue 'x'"}
     monkeypatch.setenv("DATABASE_URL", fresh_database)
     monkeypatch.setenv("TESSERA_KEEP_ENDED_JOBS", "100")
+    # What a placement worker's last cycle said of the waiting jobs (its JSON file).
+    monkeypatch.setenv("TESSERA_STATS_DIR", str(tmp_path))
+    said = {
+        "waiting": {"j149": "QueueMax: its queue would exceed its max"},
+        "waiting_kinds": {"QueueMax": 30},
+    }
+    (tmp_path / "placement-w1.json").write_text(json.dumps(said))
     result = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--jobs", "3"])  # runs its own loop
     assert result.exit_code == 0, result.output
-    assert "150 admitted, 1 rejected" in " ".join(result.output.split())
+    shown = " ".join(result.output.split())
+    assert "150 admitted, 1 rejected" in shown
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 2}
+    assert "QueueMax: its queue would exceed its max" in rows["j149"]
+    assert "not yet looked at by a placement worker" in rows["j148"]
+    assert "waiting, by why (the placement workers' last cycles): 30 QueueMax" in shown
