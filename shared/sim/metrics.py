@@ -85,6 +85,10 @@ def after_window(r: TimelineResult) -> float:
     return float((a[:-1] * np.diff(t)).sum() / span)
 
 
+def _ratio(part: float, whole: int, scale: float, digits: int) -> float | None:
+    return round(scale * part / whole, digits) if whole else None
+
+
 def summarise(r: TimelineResult) -> dict[str, object]:
     jobs: list[JobRun] = r.jobs
     done = [j for j in jobs if j.finished >= 0]
@@ -95,12 +99,17 @@ def summarise(r: TimelineResult) -> dict[str, object]:
     used = sum(j.used_gpu_s for j in jobs)
     lost = sum(j.lost_gpu_s for j in jobs)
     gangs = [j.waited for j in jobs if j.spec.replicas > 1 and j.spec.min_replicas in (0, j.spec.replicas)]
+    shares = r.queue_shares.items()
     return {
         "avg_jct_s": round(float(np.mean([j.finished - j.spec.submit for j in done])), 1) if done else None,
         "wait_p50_s": {c: _pct(v, 50) for c, v in by_class.items()},
         "wait_p95_s": {c: _pct(v, 95) for c, v in by_class.items()},
         "wait_p99_s": {c: _pct(v, 99) for c, v in by_class.items()},
         "jain": round(float(r.jain.mean()), 4) if r.jain.size else 1.0,
+        "jain_whole_jobs": round(float(r.jain_whole_jobs.mean()), 4) if r.jain_whole_jobs.size else None,
+        "queue_share": {q: _ratio(s.total, s.samples, 1.0, 3) for q, s in shares},
+        "queue_under_pct": {q: _ratio(s.below, s.samples, 100.0, 1) for q, s in shares},
+        "queue_sub_job_pct": {q: _ratio(s.sub_job, s.samples, 100.0, 1) for q, s in shares},
         "utilisation": round(util, 2),
         "idle_while_waiting_pct": round(idle_while_waiting(r), 2),
         "work_after_window_pct": round(after_window(r), 2),
@@ -120,11 +129,11 @@ def median_summary(runs: Sequence[dict[str, object]]) -> dict[str, object]:
     """Per figure, the median over seeds (per size class for the wait figures; None stays None)."""
 
     def med(values: list[object]) -> object:
-        nums = [float(v) for v in values if isinstance(v, int | float)]
-        if not nums:
+        given = [v for v in values if isinstance(v, int | float)]
+        if not given:
             return None
-        m = float(np.median(nums))
-        return round(m, 4) if isinstance(values[0], float) else round(m)
+        m = float(np.median([float(v) for v in given]))
+        return round(m, 4) if isinstance(given[0], float) else round(m)
 
     out: dict[str, object] = {}
     for key, first in runs[0].items():

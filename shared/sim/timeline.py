@@ -85,6 +85,36 @@ class TimelineResult:
     wall_s: float
     preemptions: int
     offered_load: float
+    queue_shares: dict[str, QueueShare] = field(default_factory=dict)
+    """Per queue of the tree, its x (GPUs held / GPUs deserved) over the samples of the index."""
+    jain_whole_jobs: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """The index at each sample over the queues whose deserved share holds their smallest job
+    (a queue deserving less than one of its jobs is at 0 or far above 1, whatever the policy)."""
+
+
+@dataclass
+class QueueShare:
+    """One queue's x = GPUs held / GPUs deserved, summed over the samples where it had demand."""
+
+    samples: int = 0
+    total: float = 0.0
+    below: int = 0  # samples with x below ``UNDER``
+    sub_job: int = 0  # samples where its deserved share was less than its smallest job
+
+    def add(self, x: float, sub_job: bool) -> None:
+        self.samples += 1
+        self.total += x
+        self.below += x < UNDER
+        self.sub_job += sub_job
+
+
+UNDER = 0.9
+"""A queue holding less than this share of what it deserves counts as under-served."""
+
+
+def jain(x: FloatArray) -> float:
+    """Jain's index of the shares ``x``: 1 when all are equal, 1/n when one holds everything."""
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum()))
 
 
 @dataclass
@@ -111,6 +141,8 @@ class _Sim:
     jain_t: list[float] = field(default_factory=list)
     jain_v: list[float] = field(default_factory=list)
     last_jain: float = -1e18
+    jain_whole: list[float] = field(default_factory=list)
+    shares: dict[str, QueueShare] = field(default_factory=dict)
     cycles: int = 0
     preemptions: int = 0
     # Each running job's snapshot entry, kept while it is the same run (token), evicting or not,
@@ -307,13 +339,17 @@ class _Sim:
         tree = self.workload.queues
         held: dict[str, float] = {}
         wanted: dict[str, float] = {}  # milli-GPU held or asked for (the fewest replicas)
+        smallest: dict[str, float] = {}  # milli-GPU of its smallest job held or asked for
         for j in self.running:
             r = self.runs[j]
             q, milli = r.job.queue, sum(p.task.total_gpu_milli for p in r.placements)
             held[q] = held.get(q, 0.0) + milli
             wanted[q] = wanted.get(q, 0.0) + milli
+            smallest[q] = min(smallest.get(q, milli), milli)
         for job in self.pending.values():
-            wanted[job.queue] = wanted.get(job.queue, 0.0) + job.shape.total_gpu_milli * job.fewest
+            milli = job.shape.total_gpu_milli * job.fewest
+            wanted[job.queue] = wanted.get(job.queue, 0.0) + milli
+            smallest[job.queue] = min(smallest.get(job.queue, milli), milli)
         active = [q for q, w in wanted.items() if q in tree and w > 0]
         if len(active) < 2:
             return None
@@ -324,7 +360,12 @@ class _Sim:
         x = np.array([held.get(q, 0.0) / max(1e-9, float(deserved[q][0])) for q in active])
         if not (x > 0).any():
             return None
-        return float(x.sum() ** 2 / (len(x) * (x**2).sum()))
+        whole = np.array([float(deserved[q][0]) >= smallest[q] for q in active])
+        for q, xq, w in zip(active, x.tolist(), whole.tolist(), strict=True):
+            self.shares.setdefault(q, QueueShare()).add(xq, not w)
+        if whole.sum() >= 2 and (x[whole] > 0).any():
+            self.jain_whole.append(jain(x[whole]))
+        return jain(x)
 
 
 def run_timeline(
@@ -407,4 +448,6 @@ def run_timeline(
         wall_s=time.perf_counter() - started,
         preemptions=sim.preemptions,
         offered_load=workload.offered_load(),
+        queue_shares={q: sim.shares.get(q, QueueShare()) for q in workload.queues.leaves},
+        jain_whole_jobs=np.array(sim.jain_whole),
     )

@@ -197,3 +197,24 @@ def test_consolidation_moves_long_small_jobs_so_a_gang_starts_on_whole_nodes() -
     assert 2_000.0 < start(moved, "gang") <= 2_000.0 + config.grace_s + 1.0
     assert all(j.finished > 0 for j in moved.jobs)  # the moved job ran to its end elsewhere
     assert sum(j.lost_gpu_s for j in moved.jobs) == config.restart_overhead_s  # one restart, 1 GPU
+
+
+def test_each_queue_share_is_reported_and_a_queue_deserving_less_than_a_job_is_told_apart() -> None:
+    """Two equal queues share five GPUs with a third that deserves 1/20 of one, so whenever the
+    third's one job runs its share is 20x what it deserves, whatever the policy; the index over
+    the queues that can hold a job shows the fairness the first two get."""
+    nodes = (NodeSpec("n0", 64_000, 65_536, 5, "V100"),)
+    tree = QueueTree([QueueSpec("a"), QueueSpec("b"), QueueSpec("tiny", weight=0.02)])
+    jobs = [SimJob(f"{q}-{i}", q, q, GPU, 1, 0.0, 36_000.0) for q in ("a", "b") for i in range(4)]
+    jobs.append(SimJob("tiny-0", "tiny", "tiny", GPU, 1, 0.0, 36_000.0))
+    w = Workload("t", nodes, tuple(jobs), tree)
+    profile = build_profile("tessera", TypicalWorkload.from_tasks(j.shape for j in jobs))
+    summary = summarise(run_timeline(w, "drf", timeline_config("drf", profile), 1))
+    share, sub_job = summary["queue_share"], summary["queue_sub_job_pct"]
+    assert isinstance(share, dict) and isinstance(sub_job, dict)
+    assert sub_job == {"a": 0.0, "b": 0.0, "tiny": 100.0}
+    assert share["tiny"] is not None and share["tiny"] > 10  # one GPU held, 1/20 of one deserved
+    assert share["a"] == share["b"]  # drf: a and b hold the same while both wait
+    jain, whole = summary["jain"], summary["jain_whole_jobs"]
+    assert isinstance(jain, float) and isinstance(whole, float)
+    assert jain < 0.8 and whole > 0.99  # the tiny queue pulls the index down while its job runs
