@@ -20,6 +20,10 @@ fairness between queues, and what preemption cost.
 * **Jain's index** over the queues that have demand, of (GPU share received / GPU share
   deserved), where deserved is the tree's water-filling of the cluster over their demands:
   1.0 when every queue gets what it deserves; sampled every half hour and averaged.
+* **Per queue** at the same samples: its mean share of what it deserves (``queue_share``), the
+  % of samples under 0.9 of it (``queue_under_pct``), and the % in which it deserved less than
+  its smallest job (``queue_sub_job_pct``: such a queue is at 0 or far above 1 whatever the
+  policy); ``jain_whole_jobs`` is the index over the other queues, a diagnostic beside Jain's.
 * **Preemption**: evictions, the most times one job was evicted, and GPU-hours lost (work
   since the last checkpoint, or the restart overhead of a checkpointed job) as % of all
   GPU-hours used.
