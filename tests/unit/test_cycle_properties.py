@@ -12,6 +12,8 @@ from shared.core.cluster import ClusterState
 from shared.core.cycle import CycleConfig, CycleResult, Place, Preempt, Reserve, Snapshot, run_cycle
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.jobs import Job, Running
+from shared.core.plugins.order.priority_age import RequeueAt
+from shared.core.plugins.order.within import order_within
 from shared.core.queues import QueueSpec, QueueTree, vector
 from shared.core.registry import build_profile
 from shared.core.task import TaskShape
@@ -20,6 +22,7 @@ from tests.unit.builders import node
 QUEUES = ("a", "b", "c")
 PRIORITIES = (-100, 0, 100)
 NOW = 100_000.0
+REQUEUE: tuple[RequeueAt, ...] = ("eviction", "creation")
 
 
 @dataclass
@@ -83,7 +86,9 @@ def worlds(draw: st.DrawFn) -> World:
             )
         )
     profile = build_profile("tessera", TypicalWorkload.from_tasks([j.shape for j in pending], coverage=1.0))
-    config = CycleConfig(profile, reserve_min_gpus=draw(st.sampled_from([0.0, 8.0])))
+    # Both orders a placement worker offers (TESSERA_ORDER_WITHIN), with either requeue timestamp.
+    order = order_within(draw(st.sampled_from(["age", "response-ratio"])), draw(st.sampled_from(REQUEUE)))
+    config = CycleConfig(profile, order=order, reserve_min_gpus=draw(st.sampled_from([0.0, 8.0])))
     return World(Snapshot(cluster, pending, running, queues=tree), config)
 
 
