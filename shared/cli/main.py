@@ -544,6 +544,40 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
 
 
 @app.command()
+def describe(job: Annotated[str, typer.Argument(help="the job's id")]) -> None:
+    """One job's story from the event log: admission (or rejection), reservations, placements,
+    starts, preemptions and ends, each with its time since admission; if it waits, why."""
+    from rich.table import Table
+
+    from shared.cli import stack
+    from shared.cli.describe import summary
+    from shared.core.lifecycle import Phase, evolve
+    from shared.settings import Settings
+
+    events = run_reaching(stack.job_history(job), "reading the job's events", console)
+    if not events:
+        console.print(f"[red]no job {job!r} in the event log[/red]")
+        raise typer.Exit(1)
+    first = events[0].recorded_at.timestamp()
+    table = Table(title=f"job {job}")
+    for col in ("at", "event", "what"):
+        table.add_column(col, justify="right" if col == "at" else "left")
+    for e in events:
+        at = e.recorded_at.timestamp() - first
+        table.add_row(f"+{at:.1f} s", e.type, summary(e.type, e.data, first))
+    console.print(table)
+    status = None
+    for e in events:
+        status = evolve(status, e.type, e.data)
+    if status is None:
+        return  # rejected: the table says why
+    console.print(f"now: {status.phase.value}")
+    if status.phase is Phase.PENDING:
+        why, _ = stack.waiting_reasons(Settings().stats_dir)
+        console.print(f"waiting: {why.get(job, 'not yet looked at by a placement worker')}")
+
+
+@app.command()
 def demo(
     jobs: Annotated[int, typer.Option(help="openb pods to replay (the earliest by creation time)")] = 1200,
     share: Annotated[

@@ -25,12 +25,14 @@ from schemas import ApplyQueues, CancelJob, DrainNode, JobSpec, SubmitJob, Uncor
 from schemas.queues import QueueTreeSpec
 from shared.bus import BusProducer
 from shared.eventstore.databases import beside, create_database, database_name
+from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
 from shared.service import service_topics
 from shared.settings import Settings
 from shared.sim.trace import TracePod
 from shared.state.fold import TERMINAL, ClusterView
 from shared.state.follow import catch_up, restore
+from shared.state.wire import job_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / ".local" / "run"
@@ -329,6 +331,17 @@ async def peak_allocation(settings: Settings | None = None, since: int = 0) -> t
                         best, where = used, e.position
             position = events[-1].position
         return best, where
+    finally:
+        await store.close()
+
+
+async def job_history(job_id: str, settings: Settings | None = None) -> list[RecordedEvent]:
+    """Every event of one job, in order: its own stream's (admission, reservations, placements,
+    starts and ends, preemptions), or its rejection's."""
+    settings = settings or Settings()
+    store = await PostgresEventStore.connect(settings.database_url, max_size=1)
+    try:
+        return await store.read_stream(job_stream(job_id)) or await store.read_stream(f"rejected-{job_id}")
     finally:
         await store.close()
 

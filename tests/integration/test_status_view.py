@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from schemas import JobSpec
-from schemas.events import JobAdmitted, JobCancelled, JobRejected
+from schemas.events import (
+    JobAdmitted,
+    JobCancelled,
+    JobFinished,
+    JobPlaced,
+    JobRejected,
+    JobReserved,
+    JobStarted,
+    TaskBinding,
+)
 from shared.cli import stack
 from shared.cli.main import app
 from shared.eventstore import NewEvent
@@ -69,3 +80,48 @@ async def test_status_counts_every_job_and_lists_the_kept_ones(
     assert "QueueMax: its queue would exceed its max" in rows["j149"]
     assert "not yet looked at by a placement worker" in rows["j148"]
     assert "waiting, by why (the placement workers' last cycles): 30 QueueMax" in shown
+
+
+async def test_describe_tells_one_jobs_story_and_why_it_waits(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = await PostgresEventStore.connect(fresh_database, max_size=2)
+    try:
+        for job in ("done", "waits"):
+            spec = JobSpec.model_validate({"id": job, "tenant": "t", "resources": {"nvidia.com/gpu": 2}})
+            await _add(store, f"job-{job}", JobAdmitted(spec=spec))
+        reserved = JobReserved(job_id="done", nodes=["n1"], expected_start=time.time() + 60, timeout_at=1e12)
+        await _add(store, "job-done", reserved)
+        binding = TaskBinding(task=0, node="n1", gpus=[0, 1], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+        await _add(
+            store,
+            "job-done",
+            JobPlaced(job_id="done", bindings=[binding], policy="tessera", node_versions={}),
+        )
+        await _add(store, "job-done", JobStarted(job_id="done", node="n1"))
+        await _add(store, "job-done", JobFinished(job_id="done", node="n1"))
+        await _add(
+            store, "rejected-bad", JobRejected(job_id="bad", code="unknown-queue", reason="no queue 'x'")
+        )
+    finally:
+        await store.close()
+    monkeypatch.setenv("DATABASE_URL", fresh_database)
+    monkeypatch.setenv("TESSERA_STATS_DIR", str(tmp_path))
+    said = {"waiting": {"waits": "GpuFit: no node has room for gpu=2x1000m"}, "waiting_kinds": {"GpuFit": 1}}
+    (tmp_path / "placement-w1.json").write_text(json.dumps(said))
+
+    async def describe(job: str) -> Any:
+        return await asyncio.to_thread(CliRunner().invoke, app, ["describe", job])
+
+    done = await describe("done")
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    for what in ("JobAdmitted", "holds n1", "1 task(s) on n1", "JobStarted", "JobFinished", "now: finished"):
+        assert what in text, what
+    assert "waiting:" not in text
+    waits = " ".join((await describe("waits")).output.split())
+    assert "now: pending" in waits and "waiting: GpuFit: no node has room for gpu=2x1000m" in waits
+    bad = " ".join((await describe("bad")).output.split())
+    assert "unknown-queue: no queue 'x'" in bad
+    missing = await describe("nobody")
+    assert missing.exit_code == 1 and "no job 'nobody' in the event log" in missing.output

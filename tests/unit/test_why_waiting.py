@@ -1,5 +1,6 @@
 """Why a job waits: the placement cycle says it per job (Slurm's REASON column), the worker
-reports it in its JSON file and as a gauge by kind, and ``tessera status`` shows it."""
+reports it in its JSON file and as a gauge by kind, and ``tessera status`` and ``tessera
+describe`` show it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from schemas.events import JobAdmitted, JobPlaced, JobStarted, NodeRegistered, T
 from schemas.node import GpuDevice, NodeInventory
 from services.placement.handlers import Plan, plan
 from services.placement.stats import WAITING_SHOWN, PlacementStats, sentence
+from shared.cli.describe import summary
 from shared.cli.stack import waiting_reasons
 from shared.core.cycle import CycleConfig
 from shared.core.fragmentation import TypicalWorkload
@@ -106,3 +108,14 @@ def test_status_merges_what_every_worker_said(tmp_path: Path) -> None:
     assert why == {"a": "GpuFit: no room", "b": "QueueMax: its queue"}
     assert kinds == {"GpuFit": 4, "QueueMax": 1}
     assert waiting_reasons(tmp_path / "absent") == ({}, {})
+
+
+def test_describe_says_each_event_in_a_line_and_shows_an_unknown_one_as_its_fields() -> None:
+    ask = {"by_job": "high", "grace_s": 30.0, "reason": "priority 100 > 0", "resize_to": None}
+    assert summary("PreemptionRequested", ask) == "evict for high (grace 30 s): priority 100 > 0"
+    assert summary("PreemptionRequested", {**ask, "resize_to": 2, "reason": ""}).startswith(
+        "shrink to 2 replica(s)"
+    )
+    failed = {"task": 1, "node": "n3", "exit_code": 137, "reason": "OOM"}
+    assert summary("JobFailed", failed) == "task 1 on n3: exit 137 OOM"
+    assert summary("SomethingNew", {"type": "SomethingNew", "job_id": "j", "x": 1}) == "x=1"
