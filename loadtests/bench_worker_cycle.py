@@ -107,7 +107,7 @@ def main() -> None:
             t0 = time.perf_counter()
             decided = plan(log.view, {job}, config, log.clock, np.random.default_rng(c), builder=builder)
             times[way].append(1000 * (time.perf_counter() - t0))
-            outcomes.append(([(e.stream, e.data) for e in decided.events], decided.unschedulable))
+            outcomes.append(([(e.stream, e.data) for e in decided.events], decided.waiting, decided.reserved))
         if outcomes[0] != outcomes[1]:
             raise SystemExit(f"cycle {c}: the kept builder decided differently from a fresh snapshot")
     warm = {way: t[5:] for way, t in times.items()}  # the first cycles build the kept state
