@@ -163,7 +163,54 @@ def write_timeline(
                 writer.writerow([rec["policy"], rec["seed"], round(float(t), 1), round(float(a), 3), int(q)])
     _plot_timeline(records, out / "utilisation.png", trace)
     _plot_waits(records, out / "waits.png", trace)
+    plot_queue_shares(summary, out / "queues.png")
     return summary
+
+
+SHARE_SHOWN = 3.0
+"""Shares above this many times what a queue deserves are drawn at it, with their value."""
+
+
+def plot_queue_shares(summary: Mapping[str, object], path: Path) -> bool:
+    """Each queue's mean share of what it deserves, per policy (medians over seeds; 1 is fair),
+    and how often it held under 0.9 of it.  False (no figure) with fewer than two queues."""
+    policies = summary["policies"]
+    assert isinstance(policies, dict)
+    shares = {p: row.get("queue_share") or {} for p, row in policies.items()}
+    queues = sorted({q for by_queue in shares.values() for q, v in by_queue.items() if v is not None})
+    if len(queues) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8.0, 0.9 * len(queues)), 6), dpi=120, sharex=True)
+    width = 0.8 / len(shares)
+    for k, (policy, by_queue) in enumerate(shares.items()):
+        under = policies[policy].get("queue_under_pct") or {}
+        xs = np.arange(len(queues)) + (k - (len(shares) - 1) / 2) * width
+        values = [by_queue.get(q) or 0.0 for q in queues]
+        bars = top.bar(xs, [min(v, SHARE_SHOWN) for v in values], width, label=policy)
+        for bar, v in zip(bars, values, strict=True):
+            if v > SHARE_SHOWN:
+                at = (bar.get_x() + width / 2, SHARE_SHOWN * 1.02)
+                top.annotate(f"{v:.0f}", at, ha="center", va="bottom", fontsize=6, rotation=90)
+        bottom.bar(xs, [under.get(q) or 0.0 for q in queues], width, label=policy)
+    top.axhline(1.0, color="black", lw=0.8)
+    top.set_ylabel("share held / deserved")
+    top.set_ylim(0, SHARE_SHOWN * 1.3)
+    bottom.set_ylabel("% of samples under 0.9")
+    bottom.set_xticks(np.arange(len(queues)), queues, rotation=45, ha="right", fontsize=8)
+    top.set_title(f"{summary.get('trace', '')}: each queue's share while it has demand (median of seeds)")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3, axis="y")
+    handles, labels = top.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=min(6, len(shares)))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+    return True
 
 
 def _resample(r: TimelineResult, points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ from shared.core.registry import build_profile
 from shared.core.task import NodeSpec, TaskShape
 from shared.sim.metrics import summarise
 from shared.sim.policies import timeline_config
+from shared.sim.report import plot_queue_shares
 from shared.sim.timeline import TimelineResult, run_timeline
 from shared.sim.workload import SimJob, Workload, busy_window_start, offered_load, philly_workload
 
@@ -218,3 +219,11 @@ def test_each_queue_share_is_reported_and_a_queue_deserving_less_than_a_job_is_t
     jain, whole = summary["jain"], summary["jain_whole_jobs"]
     assert isinstance(jain, float) and isinstance(whole, float)
     assert jain < 0.8 and whole > 0.99  # the tiny queue pulls the index down while its job runs
+
+
+def test_the_queue_figure_is_drawn_only_where_there_are_queues_to_compare(tmp_path: Path) -> None:
+    row = {"queue_share": {"a": 0.9, "b": 42.0}, "queue_under_pct": {"a": 30.0, "b": 5.0}}
+    two = {"trace": "t", "policies": {"fifo": row, "tessera": row}}
+    assert plot_queue_shares(two, tmp_path / "queues.png") and (tmp_path / "queues.png").stat().st_size > 0
+    one = {"trace": "t", "policies": {"fifo": {"queue_share": {"a": 1.0}, "queue_under_pct": {"a": 0.0}}}}
+    assert not plot_queue_shares(one, tmp_path / "one.png") and not (tmp_path / "one.png").exists()
