@@ -301,7 +301,7 @@ class Worker:
             pending = [j for j in self.view.pending() if j.spec.id in owned] if self.view.cluster else []
             growable = self.growable() if self.view.cluster else []
             if not pending and not (growable and self._grow_due()):
-                if not pending and self.stats.waiting_count:
+                if self.stats.waiting_count:
                     self.stats.waiting({}, {})  # nothing of this worker's waits any more
                 await self._sleep_until_change(follower, 0.5)
                 continue

@@ -185,16 +185,24 @@ def running_services() -> dict[str, int]:
     return out
 
 
-def waiting_reasons(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
-    """Why jobs wait, as the placement workers' last cycles said (their ``placement-*.json``
-    under ``TESSERA_STATS_DIR``): each listed job's reason, and how many wait for each kind."""
+STATS_FRESH_S = 30.0
+"""A worker's file not rewritten for this long is a stopped worker's (a live one writes each second)."""
+
+
+def waiting_reasons(folder: Path, now: float | None = None) -> tuple[dict[str, str], dict[str, int]]:
+    """Why jobs wait, as the running placement workers' last cycles said (their
+    ``placement-*.json`` under ``TESSERA_STATS_DIR``, a stopped worker's left out): each listed
+    job's reason, and how many wait for each kind."""
     why: dict[str, str] = {}
     kinds: dict[str, int] = {}
+    now = time.time() if now is None else now
     for path in sorted(folder.glob("placement-*.json")) if folder.exists() else []:
         try:
+            if now - path.stat().st_mtime > STATS_FRESH_S:
+                continue
             body = json.loads(path.read_text())
         except (OSError, ValueError):
-            continue  # being replaced, or an older worker's file: the next status reads it
+            continue  # being replaced: the next status reads it
         why.update(body.get("waiting", {}))
         for kind, n in body.get("waiting_kinds", {}).items():
             kinds[kind] = kinds.get(kind, 0) + int(n)

@@ -5,6 +5,8 @@ describe`` show it."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +106,9 @@ def test_status_merges_what_every_worker_said(tmp_path: Path) -> None:
         json.dumps({"waiting": {"b": "QueueMax: its queue"}, "waiting_kinds": {"GpuFit": 1, "QueueMax": 1}})
     )
     (tmp_path / "placement-w3.json").write_text("{half written")  # a file being replaced: skipped
+    stopped = tmp_path / "placement-w4.json"  # a stopped worker's: not rewritten for a minute
+    stopped.write_text(json.dumps({"waiting": {"c": "GpuFit: stale"}, "waiting_kinds": {"GpuFit": 9}}))
+    os.utime(stopped, (time.time() - 60, time.time() - 60))
     why, kinds = waiting_reasons(tmp_path)
     assert why == {"a": "GpuFit: no room", "b": "QueueMax: its queue"}
     assert kinds == {"GpuFit": 4, "QueueMax": 1}
