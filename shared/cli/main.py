@@ -533,7 +533,7 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
     for record in sorted(view.jobs.values(), key=lambda r: -r.admitted_at)[:jobs]:
         where = ",".join(sorted({b.node for b in record.bindings}))
         if record.state == "pending":
-            where = why.get(record.spec.id, "not yet looked at by a placement worker")
+            where = why.get(record.spec.id, stack.NOT_LOOKED_AT)
         recent.add_row(record.spec.id, record.spec.tenant, record.spec.queue, record.activity, where)
     console.print(recent)
     if kinds:
@@ -551,8 +551,8 @@ def describe(job: Annotated[str, typer.Argument(help="the job's id")]) -> None:
 
     from shared.cli import stack
     from shared.cli.describe import summary
-    from shared.core.lifecycle import Phase, evolve
     from shared.settings import Settings
+    from shared.state.fold import job_state
 
     events = run_reaching(stack.job_history(job), "reading the job's events", console)
     if not events:
@@ -566,15 +566,13 @@ def describe(job: Annotated[str, typer.Argument(help="the job's id")]) -> None:
         at = e.recorded_at.timestamp() - first
         table.add_row(f"+{at:.1f} s", e.type, summary(e.type, e.data, first))
     console.print(table)
-    status = None
-    for e in events:
-        status = evolve(status, e.type, e.data)
-    if status is None:
+    state = job_state(events)
+    if state is None:
         return  # rejected: the table says why
-    console.print(f"now: {status.phase.value}")
-    if status.phase is Phase.PENDING:
+    console.print(f"now: {state[0]}")
+    if state[0] == "pending":
         why, _ = stack.waiting_reasons(Settings().stats_dir)
-        console.print(f"waiting: {why.get(job, 'not yet looked at by a placement worker')}")
+        console.print(f"waiting: {why.get(job, stack.NOT_LOOKED_AT)}")
 
 
 @app.command()

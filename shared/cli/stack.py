@@ -185,6 +185,8 @@ def running_services() -> dict[str, int]:
     return out
 
 
+NOT_LOOKED_AT = "not yet looked at by a placement worker"
+"""A waiting job no running worker's last cycle named (``tessera status``, ``tessera describe``)."""
 STATS_FRESH_S = 30.0
 """A worker's file not rewritten for this long is a stopped worker's (a live one writes each second)."""
 

@@ -31,6 +31,17 @@ NAME = "priority"
 RequeueAt = Literal["eviction", "creation"]
 
 
+def check_requeue_at(requeue_at: str) -> None:
+    if requeue_at not in ("eviction", "creation"):
+        raise ValueError(f"requeue_at must be 'eviction' or 'creation', not {requeue_at!r}")
+
+
+def waiting_since(job: Job, requeue_at: RequeueAt) -> float:
+    """When the job's wait counts from: its last eviction (or submission), or, with
+    ``creation``, its submission whatever happened since."""
+    return job.submitted if requeue_at == "creation" else job.since
+
+
 @dataclass(frozen=True)
 class PriorityAge:
     aging_s: float = 3600.0
@@ -40,11 +51,10 @@ class PriorityAge:
     static: bool = True
 
     def __post_init__(self) -> None:
-        if self.requeue_at not in ("eviction", "creation"):
-            raise ValueError(f"requeue_at must be 'eviction' or 'creation', not {self.requeue_at!r}")
+        check_requeue_at(self.requeue_at)
 
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
-        since = job.submitted if self.requeue_at == "creation" else job.since
+        since = waiting_since(job, self.requeue_at)
         return (since - job.priority * self.aging_s, since, job.id)
 
     def rank(self, job: Job, attained_gpu_s: float) -> float:

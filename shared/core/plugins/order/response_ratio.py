@@ -10,9 +10,10 @@ classes the same ageing applies (a normal job passes a newly come high one after
 ``priority_age`` does.  ``requeue_at`` says, as there, whether an evicted job's wait counts from
 its eviction (the default) or from its submission.
 
-It pays off only as far as ``d`` says something of one job.  On Philly (one class, learnt
-per-VC means only) it cut the median JCT from 156 h to 146 h and cost 0.2 points of
-utilisation; with durations declared within a factor of about 2.7 it came to 66-68 h
+It pays off only as far as ``d`` says something of one job.  On Philly with learnt per-VC
+means only (fifteen draws, loads 0.8-1.0) it lowered JCT at every load (156 -> 149 h at 0.9) but
+made 8-GPU jobs wait 7-13% longer, cost 0.2 points of utilisation, and raised Jain's index at
+0.8 and 0.9 but not at 1.0; with durations declared within a factor of about 2.7 JCT came to 68 h
 (``docs/results/timeline/history.md``, 2026-12-06).  The default order stays ``priority_age``.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.core.jobs import Job, RuntimeEstimator
-from shared.core.plugins.order.priority_age import RequeueAt
+from shared.core.plugins.order.priority_age import RequeueAt, check_requeue_at, waiting_since
 
 NAME = "response-ratio"
 
@@ -34,11 +35,10 @@ class ResponseRatio:
     static: bool = False  # the ratio grows with ``now``: the order is sorted afresh each cycle
 
     def __post_init__(self) -> None:
-        if self.requeue_at not in ("eviction", "creation"):
-            raise ValueError(f"requeue_at must be 'eviction' or 'creation', not {self.requeue_at!r}")
+        check_requeue_at(self.requeue_at)
 
     def key(self, job: Job, now: float, estimator: RuntimeEstimator) -> tuple[float, float, str]:
-        since = job.submitted if self.requeue_at == "creation" else job.since
+        since = waiting_since(job, self.requeue_at)
         expected = max(1.0, estimator.estimate(job))
         ratio = (max(0.0, now - since) + expected) / expected
         return (-(job.priority + ratio), since, job.id)
