@@ -133,6 +133,15 @@ def simulate(
             "as the trace is"
         ),
     ] = None,
+    runtimes: Annotated[
+        Path | None,
+        typer.Option(
+            help="timeline with --philly: a CSV of run times in seconds (a header, then one per line; "
+            f"Philly's logged ones: {PHILLY.name}/philly_runtimes.csv) from which each job draws its "
+            "run time, each seed its own draw, instead of total steps / throughput; the cluster is "
+            "sized from the expected draw"
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
     """Replay a trace through the scheduling core and compare policies.
@@ -181,6 +190,10 @@ def simulate(
         raise typer.BadParameter(
             "Philly traces have no fill protocol: add --mode timeline", param_hint="--philly"
         )
+    if runtimes is not None and philly is None:
+        raise typer.BadParameter(
+            "only a Philly workload draws run times: add --philly", param_hint="--runtimes"
+        )
     source = Source(
         nodes,
         pods,
@@ -191,6 +204,7 @@ def simulate(
         elastic_fraction,
         jitter if philly is not None else 0.0,
         declared_durations,
+        runtimes,
     )
     try:
         options = json.loads(scorer_options)

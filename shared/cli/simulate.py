@@ -21,6 +21,7 @@ from shared.sim.fill import FillResult, run_fill
 from shared.sim.metrics import SIZE_CLASSES
 from shared.sim.policies import timeline_config
 from shared.sim.report import SUMMARY_POINTS, timeline_record, write_fill, write_timeline
+from shared.sim.runtimes import load_runtimes
 from shared.sim.timeline import run_timeline
 from shared.sim.trace import TracePod, load_nodes, load_pods
 from shared.sim.workload import Workload, openb_workload, philly_workload
@@ -59,6 +60,7 @@ class Source:
     elastic_fraction: float = 0.0
     jitter_s: float = 0.0  # Philly: each seed delays every arrival by up to this (philly_workload)
     duration_error: float | None = None  # Philly: jobs declare durations with this error (philly_workload)
+    runtimes: Path | None = None  # Philly: each job draws its run time from this list (philly_workload)
 
     @property
     def name(self) -> str:
@@ -86,11 +88,13 @@ def _load(nodes: Path, pods: Path) -> tuple[list[NodeSpec], list[TracePod], Typi
 
 
 def load_workload(source: Source, seed: int = 0) -> Workload:
-    """The workload of one run; ``seed`` matters only to Philly with an arrival jitter or declared
-    durations (each seed draws its own; an openb run's seed draws its node order in the
-    simulator), so only there is each seed's built apart: an openb workload's node sample and
-    compression are searched once per process."""
-    jittered = source.philly is not None and (source.jitter_s > 0 or source.duration_error is not None)
+    """The workload of one run; ``seed`` matters only to Philly with an arrival jitter, declared
+    durations or drawn run times (each seed draws its own; an openb run's seed draws its node
+    order in the simulator), so only there is each seed's built apart: an openb workload's node
+    sample and compression are searched once per process."""
+    jittered = source.philly is not None and (
+        source.jitter_s > 0 or source.duration_error is not None or source.runtimes is not None
+    )
     return _workload(source, seed if jittered else 0)
 
 
@@ -107,6 +111,7 @@ def _workload(source: Source, seed: int) -> Workload:
             jitter_s=source.jitter_s,
             jitter_seed=seed,
             duration_error=source.duration_error,
+            runtimes=None if source.runtimes is None else load_runtimes(source.runtimes),
         )
     nodes, raw, _ = _load(source.nodes, source.pods)
     if source.compress > 0:  # as the user asked: every node, arrivals divided by --compress
@@ -204,6 +209,8 @@ def simulate(
         extra["order_within"] = order_within
     if source.duration_error is not None:
         extra["duration_error"] = source.duration_error
+    if source.runtimes is not None:
+        extra["runtimes"] = source.runtimes.name
     jobs = [
         Job(source, p, s, mode, inflation, scorer, knobs, requeue_at, order_within)
         for p in policies

@@ -41,6 +41,7 @@ import numpy as np
 from shared.core.priority import class_of_qos, class_value
 from shared.core.queues import QueueSpec, QueueTree, vector
 from shared.core.task import MILLI, NodeSpec, TaskShape
+from shared.sim.runtimes import FloatArray, expected_clipped
 from shared.sim.trace import TraceError, TracePod
 
 PHILLY_NODE = NodeSpec("philly", cpu_milli=64_000, memory_mib=512 * 1024, gpu_count=8, gpu_model="V100")
@@ -209,6 +210,7 @@ def philly_workload(
     jitter_s: float = 0.0,
     jitter_seed: int = 0,
     duration_error: float | None = None,
+    runtimes: FloatArray | None = None,
 ) -> Workload:
     """Merge every ``*.trace`` in ``folder``; arrival times are divided by ``compress``.
 
@@ -224,7 +226,11 @@ def philly_workload(
     steps on its command line and the throughput table is its model's profiled speed, so a
     duration can be declared; the error stands for what that misses (0: exact; 1: a typical
     error of a factor of 2.7 either way).  Every policy reads a declared duration (backfill and
-    reservations); ``sjf`` still reads the true run time."""
+    reservations); ``sjf`` still reads the true run time.
+
+    ``runtimes``: None (run times from the throughputs), or a sorted list of run times in seconds
+    (``shared/sim/runtimes.py``) from which each job draws its own, by ``jitter_seed``.  The
+    cluster is then sized from the expected draw, so every seed gets the same nodes."""
     if duration_error is not None and duration_error < 0:
         raise ValueError("duration_error must be at least 0")
     table = load_throughputs(throughputs)
@@ -251,11 +257,18 @@ def philly_workload(
                 raw.append((vc, job_type, arrival / compress, gpus, steps / rate, rate))
     rng = np.random.default_rng([seed, 7])
     gpu_hours: dict[str, float] = defaultdict(float)
-    for vc, _, _, gpus, work, _ in raw:
-        gpu_hours[vc] += gpus * work / 3600
+    mean = None if runtimes is None else float(runtimes.mean())
+    for vc, _, _, gpus, work, _ in raw:  # drawn run times: each VC's expected GPU-hours
+        gpu_hours[vc] += gpus * (work if mean is None else mean) / 3600
     span = max(r[2] for r in raw) - min(r[2] for r in raw)
     last = max(r[2] for r in raw)
-    demand_s = sum(g * min(w, last - a) for _, _, a, g, w, _ in raw)  # as offered_load counts it
+    if runtimes is None:
+        demand_s = sum(g * min(w, last - a) for _, _, a, g, w, _ in raw)  # as offered_load counts it
+    else:
+        limits = np.array([last - a for _, _, a, _, _, _ in raw])
+        demand_s = float(np.dot([g for _, _, _, g, _, _ in raw], expected_clipped(runtimes, limits)))
+        drawn = np.random.default_rng([jitter_seed, 17]).choice(runtimes, len(raw))
+        raw = [(vc, t, a, g, float(d), r) for (vc, t, a, g, _, r), d in zip(raw, drawn, strict=True)]
     nodes_needed = max(8, math.ceil(demand_s / (load * span * PHILLY_NODE.gpu_count)))
     nodes = tuple(replace(PHILLY_NODE, name=f"philly-{i:03d}") for i in range(nodes_needed))
     total = nodes_needed * PHILLY_NODE.gpu_count

@@ -12,6 +12,7 @@ from shared.cli.main import app, main
 from shared.cli.simulate import parse_seeds
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PHILLY = Path(__file__).resolve().parents[2] / "loadtests" / "traces" / "philly"
 
 runner = CliRunner()
 
@@ -302,3 +303,15 @@ def test_requeue_at_is_refused_outside_a_timeline(tmp_path: Path) -> None:
     result = runner.invoke(app, ["simulate", "--requeue-at", "creation"])
     assert result.exit_code != 0
     assert "only a timeline run evicts" in result.output
+
+
+def test_drawn_run_times_are_refused_without_philly_and_a_bad_list_names_its_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--mode", "timeline", "--runtimes", str(tmp_path / "r.csv")])
+    assert result.exit_code != 0
+    assert "only a Philly workload draws run times" in result.output
+    bad = tmp_path / "r.csv"
+    bad.write_text("runtime\n12\nsoon\n")
+    philly = ["--philly", str(PHILLY / "gavel-derived-per-vc-seed0"), "--mode", "timeline"]
+    result = runner.invoke(app, ["simulate", *philly, "--runtimes", str(bad), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "r.csv:3:" in result.output
