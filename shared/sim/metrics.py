@@ -24,6 +24,11 @@ fairness between queues, and what preemption cost.
   % of samples under 0.9 of it (``queue_under_pct``), and the % in which it deserved less than
   its smallest job (``queue_sub_job_pct``: such a queue is at 0 or far above 1 whatever the
   policy); ``jain_whole_jobs`` is the index over the other queues, a diagnostic beside Jain's.
+* **Why large jobs wait** (``large_wait_cause_pct``): at the same samples, every waiting job
+  of more than 4 GPUs counted under the first cause that applies (``shared/sim/wait_causes.py``:
+  it holds a reservation, its queue already has its share, another job's reservation holds the
+  room, no room, beyond the cycle's depth, behind a strict order, other), as % of all such
+  counts; None when no large job ever waited at a sample.
 * **Preemption**: evictions, the most times one job was evicted, and GPU-hours lost (work
   since the last checkpoint, or the restart overhead of a checkpointed job) as % of all
   GPU-hours used.
@@ -104,6 +109,7 @@ def summarise(r: TimelineResult) -> dict[str, object]:
     lost = sum(j.lost_gpu_s for j in jobs)
     gangs = [j.waited for j in jobs if j.spec.replicas > 1 and j.spec.min_replicas in (0, j.spec.replicas)]
     shares = r.queue_shares.items()
+    causes = sum(r.large_wait_causes.values())
     return {
         "avg_jct_s": round(float(np.mean([j.finished - j.spec.submit for j in done])), 1) if done else None,
         "wait_p50_s": {c: _pct(v, 50) for c, v in by_class.items()},
@@ -114,6 +120,7 @@ def summarise(r: TimelineResult) -> dict[str, object]:
         "queue_share": {q: _ratio(s.total, s.samples, 1.0, 3) for q, s in shares},
         "queue_under_pct": {q: _ratio(s.below, s.samples, 100.0, 1) for q, s in shares},
         "queue_sub_job_pct": {q: _ratio(s.sub_job, s.samples, 100.0, 1) for q, s in shares},
+        "large_wait_cause_pct": {c: _ratio(n, causes, 100.0, 1) for c, n in r.large_wait_causes.items()},
         "utilisation": round(util, 2),
         "idle_while_waiting_pct": round(idle_while_waiting(r), 2),
         "work_after_window_pct": round(after_window(r), 2),

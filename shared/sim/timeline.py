@@ -31,9 +31,11 @@ import numpy.typing as npt
 
 from shared.core.cluster import ClusterState, Placement
 from shared.core.cycle import CycleConfig, Place, Preempt, Resize, Snapshot, run_cycle
+from shared.core.framework import Status
 from shared.core.jobs import Job, Reservation, Running, RuntimeEstimator
 from shared.core.memo import CycleMemo, PendingDelta
 from shared.core.task import TaskShape
+from shared.sim.wait_causes import CAUSES, LARGE_GPUS, wait_cause
 from shared.sim.workload import SimJob, Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -90,6 +92,8 @@ class TimelineResult:
     jain_whole_jobs: FloatArray = field(default_factory=lambda: np.zeros(0))
     """The index at each sample over the queues whose deserved share holds their smallest job
     (a queue deserving less than one of its jobs is at 0 or far above 1, whatever the policy)."""
+    large_wait_causes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
+    """Waiting large jobs counted per cause over the samples of the index (``wait_causes.py``)."""
 
 
 @dataclass
@@ -143,6 +147,8 @@ class _Sim:
     last_jain: float = -1e18
     jain_whole: list[float] = field(default_factory=list)
     shares: dict[str, QueueShare] = field(default_factory=dict)
+    waiting: dict[str, Status] = field(default_factory=dict)  # the last cycle's reasons
+    wait_causes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
     cycles: int = 0
     preemptions: int = 0
     # Each running job's snapshot entry, kept while it is the same run (token), evicting or not,
@@ -269,6 +275,7 @@ class _Sim:
         self.cycles += 1
         result = run_cycle(self.snapshot(), self.config, now, self.rng)
         self.reservations = result.reservations
+        self.waiting = result.unschedulable
         self.backoff = result.backoff
         for intent in result.intents:
             if isinstance(intent, Place):
@@ -332,6 +339,13 @@ class _Sim:
                 self.jain_t.append(now)
                 self.jain_v.append(value)
 
+    def count_wait_causes(self, share: dict[str, float]) -> None:
+        """One sample of why each waiting large job waits (``wait_causes.py``)."""
+        for job in self.pending.values():
+            if self.runs[job.id].spec.gpus >= LARGE_GPUS:
+                x = share.get(job.queue, 0.0)
+                self.wait_causes[wait_cause(job.id in self.reservations, x, self.waiting.get(job.id))] += 1
+
     def jain_now(self, total_milli: int) -> float | None:
         """Jain's index over queues with demand of (GPU share received / GPU share deserved)."""
         from shared.core.queues import vector
@@ -351,13 +365,16 @@ class _Sim:
             wanted[job.queue] = wanted.get(job.queue, 0.0) + milli
             smallest[job.queue] = min(smallest.get(job.queue, milli), milli)
         active = [q for q, w in wanted.items() if q in tree and w > 0]
-        if len(active) < 2:
+        if not active:
             return None
         # Only GPUs are shared out here (the capacity has no CPU or memory), and the tree's
         # water-filling treats each dimension apart: the GPU demand alone gives the same split.
         demand = {q: vector(gpu=w) for q, w in wanted.items()}
         deserved = tree.deserved(np.array([float(total_milli), 0.0, 0.0]), demand)
         x = np.array([held.get(q, 0.0) / max(1e-9, float(deserved[q][0])) for q in active])
+        self.count_wait_causes(dict(zip(active, x.tolist(), strict=True)))
+        if len(active) < 2:
+            return None
         if not (x > 0).any():
             return None
         whole = np.array([float(deserved[q][0]) >= smallest[q] for q in active])
@@ -407,11 +424,9 @@ def run_timeline(
     n = len(runs)
     while sim.events:
         now = sim.events[0][0]
-        woke = False
         while sim.events and sim.events[0][0] == now:
             _, kind, _, job_id, token = heapq.heappop(sim.events)
             if kind == WAKE:
-                woke = True
                 if now >= sim.next_wake:
                     sim.next_wake = float("inf")
                 continue
@@ -425,7 +440,6 @@ def run_timeline(
                     progress(done, n)
             elif kind == EVICT and token == run.token and run.placements:
                 sim.evict(run, now)
-        del woke
         sim.cycle(now)
         sim.record(now, total_milli)
     if progress is not None:
@@ -450,4 +464,5 @@ def run_timeline(
         offered_load=workload.offered_load(),
         queue_shares={q: sim.shares.get(q, QueueShare()) for q in workload.queues.leaves},
         jain_whole_jobs=np.array(sim.jain_whole),
+        large_wait_causes=sim.wait_causes,
     )
