@@ -14,6 +14,7 @@ import numpy as np
 from shared.sim.fill import ARRIVED_POINTS, FillResult
 from shared.sim.metrics import SIZE_CLASSES, median_summary, size_class, summarise
 from shared.sim.timeline import TimelineResult
+from shared.sim.wait_causes import CAUSES
 from shared.sim.workload import Workload
 
 SUMMARY_POINTS = (90, 95, 100, 130)
@@ -164,6 +165,7 @@ def write_timeline(
     _plot_timeline(records, out / "utilisation.png", trace)
     _plot_waits(records, out / "waits.png", trace)
     plot_queue_shares(summary, out / "queues.png")
+    plot_wait_causes(summary, out / "large-waits.png")
     return summary
 
 
@@ -209,6 +211,47 @@ def plot_queue_shares(summary: Mapping[str, object], path: Path) -> bool:
     fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=min(6, len(shares)))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def plot_wait_causes(summary: Mapping[str, object], path: Path) -> bool:
+    """Why jobs above 4 GPUs waited, per policy: the % of their waiting under each cause
+    (``shared/sim/wait_causes.py``; medians over seeds, so a bar may not add up to exactly 100).
+    False (no figure) when no large job waited under any policy."""
+    policies = summary["policies"]
+    assert isinstance(policies, dict)
+    split = {p: row.get("large_wait_cause_pct") or {} for p, row in policies.items()}
+    split = {p: by_cause for p, by_cause in split.items() if any(v for v in by_cause.values())}
+    if not split:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(split) + 1.8), dpi=120)
+    names = list(split)
+    left = np.zeros(len(names))
+    for cause in CAUSES:
+        values = np.array([split[p].get(cause) or 0.0 for p in names])
+        if values.any():
+            ax.barh(names, values, left=left, label=cause)
+            left += values
+    labels = []
+    for p in names:
+        waits = policies[p].get("wait_p95_s") or {}
+        eight = waits.get("8") if isinstance(waits, dict) else None
+        labels.append(p if eight is None else f"{p} (8-GPU p95 {eight / 3600:,.0f} h)")
+    ax.set_yticks(np.arange(len(names)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("% of the waiting of jobs above 4 GPUs")
+    ax.set_xlim(0, 105)
+    ax.set_title(f"{summary.get('trace', '')}: why large jobs waited (median of seeds)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=len(CAUSES), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return True
 

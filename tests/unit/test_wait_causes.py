@@ -3,6 +3,8 @@ split the timeline reports (``large_wait_cause_pct``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.core.actions.context import BEHIND_HEAD, DEPTH, QUEUE_MAX
@@ -13,6 +15,7 @@ from shared.core.registry import build_profile
 from shared.core.task import NodeSpec, TaskShape
 from shared.sim.metrics import summarise
 from shared.sim.policies import timeline_config
+from shared.sim.report import plot_wait_causes
 from shared.sim.timeline import run_timeline
 from shared.sim.wait_causes import CAUSES, wait_cause
 from shared.sim.workload import SimJob, Workload
@@ -76,3 +79,12 @@ def test_every_policy_reports_the_split(policy: str) -> None:
     small = [SimJob(f"s{i}", "a", "a", ONE, 1, 0.0, 20_000.0) for i in range(8)]
     causes = _causes([*small, SimJob("big", "b", "b", EIGHT, 1, 1.0, 100.0)], ["a", "b"], policy)
     assert sum(v or 0.0 for v in causes.values()) == pytest.approx(100.0)
+
+
+def test_the_figure_is_drawn_only_where_a_large_job_waited(tmp_path: Path) -> None:
+    waited = {"large_wait_cause_pct": _only("share"), "wait_p95_s": {"8": 7200.0}}
+    never = {"large_wait_cause_pct": dict.fromkeys(CAUSES, None), "wait_p95_s": {"8": None}}
+    summary = {"trace": "t", "policies": {"fifo": waited, "tessera": never}}
+    assert plot_wait_causes(summary, tmp_path / "w.png") and (tmp_path / "w.png").stat().st_size > 0
+    quiet = {"trace": "t", "policies": {"fifo": never}}
+    assert not plot_wait_causes(quiet, tmp_path / "none.png") and not (tmp_path / "none.png").exists()
