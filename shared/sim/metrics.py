@@ -21,7 +21,7 @@ fairness between queues, and what preemption cost.
   deserved), where deserved is the tree's water-filling of the cluster over their demands:
   1.0 when every queue gets what it deserves; sampled every half hour and averaged.
 * **Per queue** at the same samples: its mean share of what it deserves (``queue_share``), the
-  % of samples under 0.9 of it (``queue_under_pct``), and the % in which it deserved less than
+  % of samples under ``UNDER`` (0.9) of it (``queue_under_pct``), and the % in which it deserved less than
   its smallest job (``queue_sub_job_pct``: such a queue is at 0 or far above 1 whatever the
   policy); ``jain_whole_jobs`` is the index over the other queues, a diagnostic beside Jain's.
 * **Why large jobs wait** (``large_wait_cause_pct``): at the same samples, every waiting job

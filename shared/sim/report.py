@@ -13,7 +13,7 @@ import numpy as np
 
 from shared.sim.fill import ARRIVED_POINTS, FillResult
 from shared.sim.metrics import SIZE_CLASSES, median_summary, size_class, summarise
-from shared.sim.timeline import TimelineResult
+from shared.sim.timeline import UNDER, TimelineResult
 from shared.sim.wait_causes import CAUSES
 from shared.sim.workload import Workload
 
@@ -175,7 +175,7 @@ SHARE_SHOWN = 3.0
 
 def plot_queue_shares(summary: Mapping[str, object], path: Path) -> bool:
     """Each queue's mean share of what it deserves, per policy (medians over seeds; 1 is fair),
-    and how often it held under 0.9 of it.  False (no figure) with fewer than two queues."""
+    and how often it held under ``UNDER`` of it.  False (no figure) with fewer than two queues."""
     policies = summary["policies"]
     assert isinstance(policies, dict)
     shares = {p: row.get("queue_share") or {} for p, row in policies.items()}
@@ -202,7 +202,7 @@ def plot_queue_shares(summary: Mapping[str, object], path: Path) -> bool:
     top.axhline(1.0, color="black", lw=0.8)
     top.set_ylabel("share held / deserved")
     top.set_ylim(0, SHARE_SHOWN * 1.3)
-    bottom.set_ylabel("% of samples under 0.9")
+    bottom.set_ylabel(f"% of samples under {UNDER:g}")
     bottom.set_xticks(np.arange(len(queues)), queues, rotation=45, ha="right", fontsize=8)
     top.set_title(f"{summary.get('trace', '')}: each queue's share while it has demand (median of seeds)")
     for ax in (top, bottom):
