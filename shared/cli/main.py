@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from schemas.queues import duration_s
 from shared.cli.reach import run_reaching
 from shared.core.plugins.order.priority_age import RequeueAt
 from shared.core.plugins.order.within import OrderWithin
+from shared.core.priority import PRIORITY_CLASSES
 from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES, check_options
 from shared.sim.policies import TIMELINE_POLICIES
 from shared.sim.trace import TraceError
@@ -142,6 +144,24 @@ def simulate(
             "sized from the expected draw"
         ),
     ] = None,
+    large_class: Annotated[
+        str | None,
+        typer.Option(
+            help="timeline: every job of at least --large-gpus GPUs gets this priority class (critical, "
+            "high, normal, best-effort) where the trace gives it a lower one, as if its users had "
+            "written priority-class; unset: the trace's classes"
+        ),
+    ] = None,
+    large_gpus: Annotated[
+        float, typer.Option(help="timeline: the GPUs per full run from which --large-class applies")
+    ] = 8.0,
+    preempt_after: Annotated[
+        str | None,
+        typer.Option(
+            help="timeline: every queue's preempt-after (e.g. 24h, 90m, 3600): a job waiting this long "
+            "may preempt lower-priority work anywhere; unset: never, as the trace's queues are built"
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(help="parallel processes (0: one per CPU core)")] = 0,
 ) -> None:
     """Replay a trace through the scheduling core and compare policies.
@@ -194,6 +214,19 @@ def simulate(
         raise typer.BadParameter(
             "only a Philly workload draws run times: add --philly", param_hint="--runtimes"
         )
+    if (large_class is not None or preempt_after is not None) and mode is not Mode.timeline:
+        raise typer.BadParameter(
+            "classes and preempt-after act in a timeline run: add --mode timeline",
+            param_hint="--large-class/--preempt-after",
+        )
+    if large_class is not None and large_class not in PRIORITY_CLASSES:
+        raise typer.BadParameter(f"choose from {', '.join(PRIORITY_CLASSES)}", param_hint="--large-class")
+    if large_gpus <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--large-gpus")
+    try:
+        after_s = None if preempt_after is None else duration_s(preempt_after)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--preempt-after") from None
     source = Source(
         nodes,
         pods,
@@ -205,6 +238,9 @@ def simulate(
         jitter if philly is not None else 0.0,
         declared_durations,
         runtimes,
+        large_class,
+        large_gpus,
+        after_s,
     )
     try:
         options = json.loads(scorer_options)

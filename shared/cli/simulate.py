@@ -15,10 +15,12 @@ from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.plugins.order.priority_age import PriorityAge, RequeueAt
 from shared.core.plugins.order.within import OrderWithin, order_within
+from shared.core.priority import class_value
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
 from shared.sim.metrics import SIZE_CLASSES
+from shared.sim.operator import promote_large, with_preempt_after
 from shared.sim.policies import timeline_config
 from shared.sim.report import SUMMARY_POINTS, timeline_record, write_fill, write_timeline
 from shared.sim.runtimes import load_runtimes
@@ -61,6 +63,9 @@ class Source:
     jitter_s: float = 0.0  # Philly: each seed delays every arrival by up to this (philly_workload)
     duration_error: float | None = None  # Philly: jobs declare durations with this error (philly_workload)
     runtimes: Path | None = None  # Philly: each job draws its run time from this list (philly_workload)
+    large_class: str | None = None  # jobs of at least ``large_gpus`` GPUs get this class (sim/operator.py)
+    large_gpus: float = 8.0
+    preempt_after_s: float | None = None  # every queue's preempt-after (sim/operator.py)
 
     @property
     def name(self) -> str:
@@ -95,7 +100,12 @@ def load_workload(source: Source, seed: int = 0) -> Workload:
     jittered = source.philly is not None and (
         source.jitter_s > 0 or source.duration_error is not None or source.runtimes is not None
     )
-    return _workload(source, seed if jittered else 0)
+    workload = _workload(source, seed if jittered else 0)
+    if source.large_class is not None:
+        workload = promote_large(workload, source.large_gpus, class_value(source.large_class))
+    if source.preempt_after_s is not None:
+        workload = with_preempt_after(workload, source.preempt_after_s)
+    return workload
 
 
 @cache
@@ -211,6 +221,10 @@ def simulate(
         extra["duration_error"] = source.duration_error
     if source.runtimes is not None:
         extra["runtimes"] = source.runtimes.name
+    if source.large_class is not None:
+        extra["large_class"] = {"class": source.large_class, "min_gpus": source.large_gpus}
+    if source.preempt_after_s is not None:
+        extra["preempt_after_s"] = source.preempt_after_s
     jobs = [
         Job(source, p, s, mode, inflation, scorer, knobs, requeue_at, order_within)
         for p in policies

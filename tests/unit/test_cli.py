@@ -315,3 +315,19 @@ def test_drawn_run_times_are_refused_without_philly_and_a_bad_list_names_its_lin
     result = runner.invoke(app, ["simulate", *philly, "--runtimes", str(bad), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2
     assert "r.csv:3:" in result.output
+
+
+def test_a_large_class_and_preempt_after_are_checked_and_act_only_in_a_timeline(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--large-class", "high"])
+    assert result.exit_code != 0
+    assert "add --mode timeline" in result.output
+    timeline = ["simulate", "--mode", "timeline"]
+    result = runner.invoke(app, [*timeline, "--large-class", "urgent"])
+    assert result.exit_code != 0
+    assert "--large-class: choose from critical, high, normal," in result.output
+    result = runner.invoke(app, [*timeline, "--preempt-after", "a day"])
+    assert result.exit_code != 0
+    assert "not a duration" in result.output
+    result = runner.invoke(app, [*timeline, "--large-class", "high", "--large-gpus", "0"])
+    assert result.exit_code != 0
+    assert "must be positive" in result.output

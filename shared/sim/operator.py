@@ -1,0 +1,37 @@
+"""What an operator sets on top of a trace: a priority class for large jobs, and how long a job
+may wait before it may preempt lower-priority work anywhere.
+
+Traces name no priority classes (Philly) or only their own (openb's ``qos``), and their queues
+no ``preempt-after``.  Live, both are what users and operators write: ``priority-class: high``
+on a job's spec, ``preempt-after: 24h`` on a queue (``schemas/queues.py``).  The source
+article's case is this pair: large training jobs that waited 24 h may take room from smaller,
+lower-priority work.  ``tessera simulate --large-class CLASS --large-gpus N --preempt-after D``
+replays a trace as if they had been written, so the effect can be measured before it is
+configured (README, "Large jobs as a class of their own").
+
+Pure: each function returns a new workload; the trace's own classes are only ever raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shared.core.queues import QueueTree
+from shared.sim.workload import Workload
+
+
+def promote_large(workload: Workload, min_gpus: float, priority: int) -> Workload:
+    """Every job of at least ``min_gpus`` GPUs per full run gets ``priority`` where its own is
+    lower (a job the trace already classes higher keeps its class)."""
+    jobs = tuple(
+        replace(j, priority=priority) if j.gpus >= min_gpus and j.priority < priority else j
+        for j in workload.jobs
+    )
+    promoted = sum(a is not b for a, b in zip(jobs, workload.jobs, strict=True))
+    return replace(workload, jobs=jobs, notes={**workload.notes, "promoted_jobs": promoted})
+
+
+def with_preempt_after(workload: Workload, seconds: float) -> Workload:
+    """Every queue lets a job that waited ``seconds`` preempt lower-priority work anywhere."""
+    tree = QueueTree(replace(spec, preempt_after_s=seconds) for spec in workload.queues.specs.values())
+    return replace(workload, queues=tree)
