@@ -95,7 +95,10 @@ class QueueConfig(BaseModel):
     max: Quota = Field(default_factory=Quota, description="never exceeded, borrowing included")
     tenants: list[str] = Field(default_factory=lambda: ["*"], description="tenants allowed; '*': any")
     preempt_after: float | None = Field(
-        None, alias="preempt-after", description="a job waiting this long may preempt lower-priority work"
+        None,
+        alias="preempt-after",
+        description="a job waiting this long may preempt lower-priority work anywhere (e.g. 24h); "
+        "child queues without their own take it",
     )
     children: list[QueueConfig] = Field(default_factory=list)
 

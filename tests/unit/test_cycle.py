@@ -319,6 +319,26 @@ def test_across_queues_only_borrowed_capacity_is_reclaimed() -> None:
     assert not cycle(Snapshot(c2, [job("more", queue="owner")], hold, queues=tree), now=5000.0).of(Preempt)
 
 
+def test_past_its_queues_preempt_after_a_job_may_evict_lower_priority_work_of_any_queue() -> None:
+    """The source article's case: a large job that waited a day may take room from smaller,
+    lower-priority work anywhere, not only in its own queue; never from an equal priority."""
+    c = cluster(node("a", gpus=2))
+    tree = QueueTree([QueueSpec("mine", preempt_after_s=3600.0), QueueSpec("theirs", preempt_after_s=3600.0)])
+    # Each queue holds its deserved GPU, so nothing is reclaimed; the job needs both.
+    hold = [
+        running(c, job("own", queue="mine", checkpointable=True), [(0, (0,))]),
+        running(c, job("other", queue="theirs", checkpointable=True), [(0, (1,))]),
+    ]
+    big = job("big", gpus=2, queue="mine", priority=100, submitted=0.0)
+    early = cycle(Snapshot(c, [big], hold, queues=tree), now=3000.0)
+    assert not early.of(Preempt)  # its own queue's job alone does not make room
+    assert early.wake_at == 3600.0  # the shell runs a cycle when the rule starts to apply
+    late = cycle(Snapshot(c, [big], hold, queues=tree), now=4000.0)
+    assert sorted(p.victim for p in late.of(Preempt)) == ["other", "own"]
+    equal = replace(big, priority=0)
+    assert not cycle(Snapshot(c, [equal], hold, queues=tree), now=4000.0).of(Preempt)
+
+
 def test_an_elastic_job_shrinks_instead_of_a_job_being_preempted() -> None:
     c = cluster(node("a", gpus=4))
     elastic = job("el", replicas=3, min_replicas=1, priority=-100)

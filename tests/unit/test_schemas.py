@@ -10,6 +10,7 @@ from schemas.commands import CommandAdapter
 from schemas.events import EventAdapter, JobPlaced, JobRejected, TaskBinding
 from schemas.export import MODELS, write_schemas
 from schemas.queues import QueueTreeSpec
+from shared.state.wire import queue_tree
 
 JOB_YAML = """
 apiVersion: tessera/v1
@@ -145,3 +146,20 @@ def test_a_spec_with_a_priority_class_reads_back_the_same_from_its_json() -> Non
     assert spec.priority == -100
     again = CommandAdapter.validate_json(SubmitJob(spec=spec).model_dump_json(by_alias=True))
     assert isinstance(again, SubmitJob) and again.spec == spec
+
+
+def test_preempt_after_reaches_the_core_and_child_queues_inherit_it() -> None:
+    spec = QueueTreeSpec.model_validate(
+        {
+            "queues": [
+                {
+                    "name": "research",
+                    "preempt-after": "24h",
+                    "children": [{"name": "nlp"}, {"name": "vision", "preempt-after": "2h"}],
+                },
+                {"name": "inference"},
+            ]
+        }
+    )
+    after = {name: q.preempt_after_s for name, q in queue_tree(spec).specs.items()}
+    assert after == {"research": 86400.0, "nlp": 86400.0, "vision": 7200.0, "inference": None}
