@@ -93,7 +93,10 @@ class QueueConfig(BaseModel):
     weight: float = Field(1.0, gt=0, description="share of idle capacity beyond guarantees among siblings")
     guarantee: Quota = Field(default_factory=Quota, description="what reclaim gives back when asked for")
     max: Quota = Field(default_factory=Quota, description="never exceeded, borrowing included")
-    tenants: list[str] = Field(default_factory=lambda: ["*"], description="tenants allowed; '*': any")
+    tenants: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="tenants allowed; '*': any; a parent's list bounds its children",
+    )
     preempt_after: float | None = Field(
         None,
         alias="preempt-after",

@@ -57,8 +57,11 @@ class QueuePolicy:
                 f"queue {spec.queue!r} has queues below it; submit to one of "
                 f"{sorted(q for q in tree.leaves if spec.queue in tree.ancestors(q))}"
             )
-        if not tree.specs[spec.queue].allows(spec.tenant):
-            return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}"
+        # A parent's tenant list bounds its whole subtree, as its max does.
+        for name in tree.ancestors(spec.queue):
+            if not tree.specs[name].allows(spec.tenant):
+                where = "" if name == spec.queue else f" (queue {name!r}, above it, does not allow it)"
+                return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}{where}"
         need = demand_of(task_shape(spec), spec.min_replicas)
         for name in tree.ancestors(spec.queue):
             cap = tree.specs[name].max

@@ -149,9 +149,11 @@ TREE = {
     "queues": [
         {
             "name": "org",
+            "tenants": ["t", "ops"],
             "children": [
                 {"name": "small", "max": {"nvidia.com/gpu": 2}, "tenants": ["t"]},
                 {"name": "closed", "tenants": ["ops"]},
+                {"name": "open"},  # any tenant org allows
             ],
         }
     ]
@@ -174,9 +176,11 @@ async def test_an_applied_queue_tree_decides_queues_rights_and_quotas() -> None:
             SubmitJob(spec=spec("parent", queue="org")),
             SubmitJob(spec=spec("old", queue="default")),  # the env's queues no longer apply
             SubmitJob(spec=spec("outsider", queue="closed")),
+            SubmitJob(spec=spec("inside", queue="open")),
+            SubmitJob(spec=spec("stranger", queue="open", tenant="ads")),  # org does not allow it
         ]
     )
-    assert verdicts == ["admitted", "rejected", "rejected", "rejected", "rejected"]
+    assert verdicts == ["admitted", "rejected", "rejected", "rejected", "rejected", "admitted", "rejected"]
     written = await store.read_all(0, 100)
     codes = {e.stream: e.data["code"] for e in written if e.type == "JobRejected"}
     assert codes == {
@@ -184,9 +188,11 @@ async def test_an_applied_queue_tree_decides_queues_rights_and_quotas() -> None:
         "rejected-parent": "unknown-queue",
         "rejected-old": "unknown-queue",
         "rejected-outsider": "forbidden",
+        "rejected-stranger": "forbidden",
     }
     reasons = {e.stream: e.data["reason"] for e in written if e.type == "JobRejected"}
     assert "'small'" in reasons["rejected-greedy"] and "small" in reasons["rejected-parent"]
+    assert "queue 'org', above it, does not allow it" in reasons["rejected-stranger"]
     assert [e.stream for e in written if e.type == "QueuesApplied"] == ["queues"]
 
 
