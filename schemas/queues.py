@@ -47,6 +47,14 @@ def duration_s(value: object) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+def duration_text(seconds: float) -> str:
+    """Seconds as the shortest exact duration ``duration_s`` reads back: ``86400`` -> ``24h``."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 class Quota(BaseModel):
     """A resource vector: GPUs, CPU cores, memory (Kubernetes quantities)."""
 

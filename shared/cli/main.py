@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from schemas.queues import duration_s
+from schemas.queues import duration_s, duration_text
 from shared.cli.reach import run_reaching
 from shared.core.plugins.order.priority_age import RequeueAt
 from shared.core.plugins.order.within import OrderWithin
@@ -711,7 +711,8 @@ def demo(
 
 
 def queue_table(view: object) -> object:
-    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), and job counts."""
+    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), job counts, and the
+    wait after which their jobs may preempt lower-priority work anywhere (inherited shown as is)."""
     from rich.table import Table
 
     from shared.state.fold import ClusterView
@@ -719,7 +720,8 @@ def queue_table(view: object) -> object:
 
     assert isinstance(view, ClusterView)
     table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
-    for col in ("queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"):
+    columns = ("queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running")
+    for col in (*columns, "preempt after"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     depth = {"root": -1}
     for q in queue_usage(view):
@@ -733,6 +735,7 @@ def queue_table(view: object) -> object:
             f"{q.borrowed_gpu:.1f}",
             str(q.pending),
             str(q.running),
+            "—" if q.preempt_after_s is None else duration_text(q.preempt_after_s),
         )
     return table
 

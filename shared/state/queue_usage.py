@@ -20,6 +20,7 @@ class QueueUsage:
     used_gpu: float
     pending: int
     running: int
+    preempt_after_s: float | None = None  # as the core reads it: a parent's, where a queue sets none
 
     @property
     def borrowed_gpu(self) -> float:
@@ -75,6 +76,7 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
                 used_gpu=float(used[q][0]) / 1000,
                 pending=sum(counts.get(x, [0, 0])[0] for x in leaves),
                 running=sum(counts.get(x, [0, 0])[1] for x in leaves),
+                preempt_after_s=spec.preempt_after_s,
             )
         )
     return out

@@ -9,7 +9,9 @@ from schemas import JobSpec, SubmitJob
 from schemas.commands import CommandAdapter
 from schemas.events import EventAdapter, JobPlaced, JobRejected, TaskBinding
 from schemas.export import MODELS, write_schemas
-from schemas.queues import QueueTreeSpec
+from schemas.queues import QueueTreeSpec, duration_s, duration_text
+from shared.state.fold import ClusterView
+from shared.state.queue_usage import queue_usage
 from shared.state.wire import queue_tree
 
 JOB_YAML = """
@@ -163,3 +165,17 @@ def test_preempt_after_reaches_the_core_and_child_queues_inherit_it() -> None:
     )
     after = {name: q.preempt_after_s for name, q in queue_tree(spec).specs.items()}
     assert after == {"research": 86400.0, "nlp": 86400.0, "vision": 7200.0, "inference": None}
+    # `tessera queue show` says what the core reads, inherited values included.
+    view = ClusterView()
+    view.queues = spec
+    shown = {q.name: q.preempt_after_s for q in queue_usage(view)}
+    assert shown == after
+
+
+DURATIONS = [(86400.0, "24h"), (5400.0, "90m"), (45.0, "45s"), (90.5, "90.5s")]
+
+
+@pytest.mark.parametrize(("seconds", "text"), DURATIONS)
+def test_a_duration_is_shown_as_the_shortest_text_that_reads_back_the_same(seconds: float, text: str) -> None:
+    assert duration_text(seconds) == text
+    assert duration_s(text) == seconds
