@@ -153,8 +153,9 @@ def simulate(
         ),
     ] = None,
     large_gpus: Annotated[
-        float, typer.Option(help="timeline: the GPUs per full run from which --large-class applies")
-    ] = 8.0,
+        float | None,
+        typer.Option(help="timeline with --large-class: the GPUs per full run from which it applies (8)"),
+    ] = None,
     preempt_after: Annotated[
         str | None,
         typer.Option(
@@ -221,8 +222,8 @@ def simulate(
         )
     if large_class is not None and large_class not in PRIORITY_CLASSES:
         raise typer.BadParameter(f"choose from {', '.join(PRIORITY_CLASSES)}", param_hint="--large-class")
-    if large_gpus <= 0:
-        raise typer.BadParameter("must be positive", param_hint="--large-gpus")
+    if large_gpus is not None and (large_class is None or large_gpus <= 0):
+        raise typer.BadParameter("a positive number, with --large-class", param_hint="--large-gpus")
     try:
         after_s = None if preempt_after is None else duration_s(preempt_after)
     except ValueError as exc:
@@ -239,7 +240,7 @@ def simulate(
         declared_durations,
         runtimes,
         large_class,
-        large_gpus,
+        8.0 if large_gpus is None else large_gpus,
         after_s,
     )
     try:

@@ -328,6 +328,7 @@ def test_a_large_class_and_preempt_after_are_checked_and_act_only_in_a_timeline(
     result = runner.invoke(app, [*timeline, "--preempt-after", "a day"])
     assert result.exit_code != 0
     assert "not a duration" in result.output
-    result = runner.invoke(app, [*timeline, "--large-class", "high", "--large-gpus", "0"])
-    assert result.exit_code != 0
-    assert "must be positive" in result.output
+    for knobs in (["--large-class", "high", "--large-gpus", "0"], ["--large-gpus", "16"]):
+        result = runner.invoke(app, [*timeline, *knobs])
+        assert result.exit_code != 0
+        assert "a positive number, with --large-class" in result.output  # never silently ignored
