@@ -126,6 +126,23 @@ class QueueTree:
             q for q in self.specs if any(np.isfinite(self.specs[a].max).any() for a in self.ancestors(q))
         )
 
+    @cached_property
+    def preempt_after_s(self) -> dict[str, float | None]:
+        """Per queue, the wait after which its jobs may preempt lower-priority work anywhere: its
+        own ``preempt_after_s``, else the nearest ancestor's (jobs live in leaf queues, so a value
+        set on a parent acts through its children); None: never."""
+        return {
+            q: next(
+                (
+                    self.specs[a].preempt_after_s
+                    for a in self.ancestors(q)
+                    if self.specs[a].preempt_after_s is not None
+                ),
+                None,
+            )
+            for q in self.specs
+        }
+
     def is_leaf(self, name: str) -> bool:
         return name in self.specs and not self.children[name]
 

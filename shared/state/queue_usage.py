@@ -76,7 +76,7 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
                 used_gpu=float(used[q][0]) / 1000,
                 pending=sum(counts.get(x, [0, 0])[0] for x in leaves),
                 running=sum(counts.get(x, [0, 0])[1] for x in leaves),
-                preempt_after_s=spec.preempt_after_s,
+                preempt_after_s=tree.preempt_after_s[q],
             )
         )
     return out

@@ -71,13 +71,9 @@ def core_job(record: JobRecord) -> Job:
 
 
 def queue_tree(spec: QueueTreeSpec) -> QueueTree:
-    """The operators' queue tree in the core's units.  A queue without its own ``preempt-after``
-    takes its parent's: jobs live in leaf queues, and the core reads a job's own queue, so a
-    value written on a parent would otherwise never act."""
+    """The operators' queue tree in the core's units."""
     out = []
-    after: dict[str, float | None] = {}
     for parent, q in spec.walk():
-        after[q.name] = q.preempt_after if q.preempt_after is not None else after.get(parent)
         out.append(
             QueueSpec(
                 name=q.name,
@@ -86,7 +82,7 @@ def queue_tree(spec: QueueTreeSpec) -> QueueTree:
                 guarantee=vector(*q.guarantee.as_core(0.0)),
                 max=vector(*q.max.as_core(float("inf"))),
                 tenants=tuple(q.tenants),
-                preempt_after_s=after[q.name],
+                preempt_after_s=q.preempt_after,
             )
         )
     return QueueTree(out)

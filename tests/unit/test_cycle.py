@@ -337,6 +337,16 @@ def test_past_its_queues_preempt_after_a_job_may_evict_lower_priority_work_of_an
     assert sorted(p.victim for p in late.of(Preempt)) == ["other", "own"]
     equal = replace(big, priority=0)
     assert not cycle(Snapshot(c, [equal], hold, queues=tree), now=4000.0).of(Preempt)
+    # Set on a parent, it acts through the leaf queues the jobs live in.
+    nested = QueueTree(
+        [QueueSpec("org", preempt_after_s=3600.0), QueueSpec("mine", parent="org"), QueueSpec("theirs")]
+    )
+    assert sorted(
+        p.victim for p in cycle(Snapshot(c, [big], hold, queues=nested), now=4000.0).of(Preempt)
+    ) == [
+        "other",
+        "own",
+    ]
 
 
 def test_an_elastic_job_shrinks_instead_of_a_job_being_preempted() -> None:

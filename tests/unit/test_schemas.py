@@ -163,7 +163,7 @@ def test_preempt_after_reaches_the_core_and_child_queues_inherit_it() -> None:
             ]
         }
     )
-    after = {name: q.preempt_after_s for name, q in queue_tree(spec).specs.items()}
+    after = queue_tree(spec).preempt_after_s  # what the preemption stage reads
     assert after == {"research": 86400.0, "nlp": 86400.0, "vision": 7200.0, "inference": None}
     # `tessera queue show` says what the core reads, inherited values included.
     view = ClusterView()

@@ -274,12 +274,8 @@ def run(ctx: CycleContext) -> None:
         key = (job.queue, job.priority, job.shape)
         if key in failed and job.fewest >= failed[key]:
             continue
-        spec = ctx.queues.specs.get(job.queue)
-        starving = (
-            spec is not None
-            and spec.preempt_after_s is not None
-            and ctx.now - job.since >= spec.preempt_after_s
-        )
+        after = ctx.queues.preempt_after_s.get(job.queue)
+        starving = after is not None and ctx.now - job.since >= after
         gate = (job.queue, job.priority, job.shape, job.fewest, starving)
         allowed = may.get(gate)
         if allowed is None or ctx.config.order.preemptive:
@@ -301,15 +297,11 @@ def _may_preempt(ctx: CycleContext, job: Job, floor: dict[str, int]) -> bool:
     if cfg.preempt:
         if job.priority > floor.get(job.queue, job.priority):
             return True
-        spec = ctx.queues.specs.get(job.queue)
-        if (
-            spec is not None
-            and spec.preempt_after_s is not None
-            and job.priority > floor.get("", job.priority)
-        ):
-            if ctx.now - job.since >= spec.preempt_after_s:
+        after = ctx.queues.preempt_after_s.get(job.queue)
+        if after is not None and job.priority > floor.get("", job.priority):
+            if ctx.now - job.since >= after:
                 return True
-            ctx.wake(job.since + spec.preempt_after_s)
+            ctx.wake(job.since + after)
     if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
         return any(q != job.queue and ctx.borrowed(q)[0] + ctx.borrowed(q)[1] > 0 for q in ctx.usage)
     return False
@@ -356,13 +348,13 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
         same = own_q[idx.job_queue] if idx.queue_names else np.zeros(n, dtype=np.bool_)
         ok |= lower & same
         reasons.append("priority")
-        spec = ctx.queues.specs.get(job.queue)
-        if spec is not None and spec.preempt_after_s is not None:
-            if now - job.since >= spec.preempt_after_s:
+        after = ctx.queues.preempt_after_s.get(job.queue)
+        if after is not None:
+            if now - job.since >= after:
                 ok |= lower
                 reasons.append("starvation")
             else:
-                ctx.wake(job.since + spec.preempt_after_s)
+                ctx.wake(job.since + after)
     if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
         # A victim of another queue is on borrowed room if its queue stays at or above its
         # guarantee without it, in every dimension the reclaimer needs.
