@@ -32,7 +32,12 @@ class CommandRejected(_Event):
 
 class JobAdmitted(_Event):
     type: Literal["JobAdmitted"] = "JobAdmitted"
-    spec: JobSpec
+    spec: JobSpec  # as submitted (a redelivered submission compares equal to it)
+    promoted_class: str | None = Field(
+        None,
+        description="the priority class the job runs at by its queue's large-jobs rule, where that "
+        "is above what its spec asks for; None: its spec's own",
+    )
 
 
 class JobRejected(_Event):

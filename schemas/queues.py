@@ -11,6 +11,7 @@
         max: {nvidia.com/gpu: 64}
         tenants: [nlp, vision]          # "*" or omitted: any tenant
         preempt-after: 24h              # a job waiting this long may preempt lower-priority work
+        large-jobs: {min-gpus: 8, priority-class: high}   # jobs this large run at least at high
         children:
           - name: research-llm
             guarantee: {nvidia.com/gpu: 8}
@@ -18,7 +19,8 @@
 Quotas take Kubernetes quantities: ``nvidia.com/gpu`` counts GPUs (a GPU share counts as its
 fraction: ``gpu-share: 500m`` jobs of a queue with ``nvidia.com/gpu: 4`` fit eight), ``cpu``
 cores, ``memory`` bytes.  A dimension left out of ``guarantee`` guarantees none of it; left out
-of ``max``, it is unlimited.  Jobs are submitted to leaf queues.
+of ``max``, it is unlimited.  Jobs are submitted to leaf queues.  ``preempt-after`` and
+``large-jobs`` set on a parent act through the children that set none of their own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.job import Name
 from schemas.quantities import cpu_milli, memory_mib, parse_quantity
+from shared.core.priority import PRIORITY_CLASSES
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
@@ -95,6 +98,26 @@ class Quota(BaseModel):
         )
 
 
+class LargeJobs(BaseModel):
+    """Jobs of at least ``min-gpus`` GPUs at full size (all replicas, at their most) run at least
+    at ``priority-class``; a job that asks for more keeps it.  With ``preempt-after``, a large job
+    that waited that long may then preempt smaller, lower-priority work (README, "Large jobs as a
+    class of their own")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    min_gpus: float = Field(
+        alias="min-gpus", gt=0, description="GPUs per job, all replicas, from which it applies"
+    )
+    priority_class: str = Field(alias="priority-class", description="critical, high, normal or best-effort")
+
+    @field_validator("priority_class")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in PRIORITY_CLASSES:
+            raise ValueError(f"priority-class {value!r} is unknown; classes: {', '.join(PRIORITY_CLASSES)}")
+        return value
+
+
 class QueueConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     name: Name
@@ -109,6 +132,12 @@ class QueueConfig(BaseModel):
         None,
         alias="preempt-after",
         description="a job waiting this long may preempt lower-priority work anywhere (e.g. 24h); "
+        "child queues without their own take it",
+    )
+    large_jobs: LargeJobs | None = Field(
+        None,
+        alias="large-jobs",
+        description="jobs of at least min-gpus GPUs run at least at priority-class; "
         "child queues without their own take it",
     )
     children: list[QueueConfig] = Field(default_factory=list)

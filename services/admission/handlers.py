@@ -12,6 +12,10 @@ the shell reads those inputs from the event store, appends, and commits the Kafk
   registered yet, nothing is called impossible: the job waits);
 * an id already admitted with different content -> ``duplicate``; with the same content the
   redelivered submission changes nothing (idempotent).
+
+An admitted job of at least its queue's ``large-jobs`` GPUs that asks for a lower class is
+admitted with ``promoted_class`` set (``QueueTree.priority_of``, the function the simulator
+applies too); its spec is kept as submitted.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from shared.core.task import TaskShape
 from shared.eventstore import ANY_VERSION, NO_STREAM, NewEvent
 from shared.state.fold import ACTIVE, TERMINAL, JobState
 from shared.state.honoured import unhonoured
-from shared.state.wire import job_stream, task_shape
+from shared.state.wire import admitted_priority, job_stream, task_shape
 
 QueueRights = dict[str, tuple[str, ...]]  # queue -> tenants allowed ("*" = any)
 
@@ -73,6 +77,14 @@ class QueuePolicy:
                     f"hold (its max): the job could never run"
                 )
         return None
+
+    def promoted_class(self, spec: JobSpec) -> str | None:
+        """The class the queue's ``large-jobs`` rule (its own or an ancestor's) raises the job
+        to; None where the job is smaller or asks for as much."""
+        if self.tree is None:
+            return None
+        _, rule = admitted_priority(self.tree, spec)
+        return None if rule is None else rule.priority_class
 
 
 @dataclass(frozen=True)
@@ -150,7 +162,7 @@ def admit(
     reason = never_fits.reason(cluster, spec) if never_fits is not None else impossible_reason(cluster, spec)
     if reason is not None:
         return rejected(spec.id, "impossible", reason)
-    event = JobAdmitted(spec=spec)
+    event = JobAdmitted(spec=spec, promoted_class=policy.promoted_class(spec))
     stream = job_stream(spec.id)
     return Outcome(
         [NewEvent(stream, event.type, event.model_dump(mode="json", by_alias=True))],

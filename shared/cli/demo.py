@@ -55,7 +55,7 @@ from shared.sim.workload import SimJob, Workload
 from shared.state.fold import ClusterView
 from shared.state.follow import catch_up
 from shared.state.queue_usage import queue_usage
-from shared.state.wire import queue_tree, task_shape
+from shared.state.wire import admitted_priority, queue_tree, task_shape
 
 TEAMS = {"nlp": 0.40, "vision": 0.35, "speech": 0.25}
 """Each team's queue and its guaranteed share of the GPUs; pods go to a team by a hash of their name."""
@@ -146,8 +146,10 @@ def plan(
 
 
 def as_workload(p: DemoPlan, sent: dict[str, float]) -> Workload:
-    """The jobs as produced (``sent``: epoch seconds) for the timeline simulator."""
+    """The jobs as produced (``sent``: epoch seconds) for the timeline simulator, at the priority
+    admission gave them (a queue's ``large-jobs`` rule included)."""
     t0 = min(sent.values())
+    tree = queue_tree(p.tree)
     jobs = tuple(
         SimJob(
             id=s.id,
@@ -158,14 +160,14 @@ def as_workload(p: DemoPlan, sent: dict[str, float]) -> Workload:
             min_replicas=s.min_replicas if s.min_replicas < s.max_replicas else 0,
             submit=sent[s.id] - t0,
             work_s=float(s.duration_s or 1.0),
-            priority=s.effective_priority,
+            priority=admitted_priority(tree, s)[0],
             checkpointable=s.checkpointable,
             duration_s=s.duration_s,
         )
         for s in p.jobs
         if s.id in sent
     )
-    return Workload("demo", tuple(p.nodes), jobs, queue_tree(p.tree))
+    return Workload("demo", tuple(p.nodes), jobs, tree)
 
 
 def demo_class(gpus: float) -> str:

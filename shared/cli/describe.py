@@ -21,7 +21,9 @@ def summary(kind: str, data: Mapping[str, Any], admitted_at: float | None = None
     if kind == "JobAdmitted":
         spec = d.get("spec", {})
         queue, tenant = spec.get("queue", "default"), spec.get("tenant")
-        return f"queue {queue}, tenant {tenant}, {spec.get('replicas', 1)} replica(s)"
+        said = f"queue {queue}, tenant {tenant}, {spec.get('replicas', 1)} replica(s)"
+        promoted = d.get("promoted_class")
+        return f"{said}, class {promoted} (the queue's large-jobs rule)" if promoted else said
     if kind == "JobRejected":
         return f"{d.get('code')}: {d.get('reason')}"
     if kind == "JobPlaced":

@@ -713,7 +713,8 @@ def demo(
 
 def queue_table(view: object) -> object:
     """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), job counts, and the
-    wait after which their jobs may preempt lower-priority work anywhere (inherited shown as is)."""
+    wait after which their jobs may preempt lower-priority work anywhere and the class their large
+    jobs run at least at (inherited values shown as is)."""
     from rich.table import Table
 
     from shared.state.fold import ClusterView
@@ -722,7 +723,7 @@ def queue_table(view: object) -> object:
     assert isinstance(view, ClusterView)
     table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
     columns = ("queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running")
-    for col in (*columns, "preempt after"):
+    for col in (*columns, "preempt after", "large jobs"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     depth = {"root": -1}
     for q in queue_usage(view):
@@ -737,6 +738,7 @@ def queue_table(view: object) -> object:
             str(q.pending),
             str(q.running),
             "—" if q.preempt_after_s is None else duration_text(q.preempt_after_s),
+            "—" if (rule := q.large_jobs) is None else f"≥{rule.min_gpus:g} GPUs: {rule.priority_class}",
         )
     return table
 

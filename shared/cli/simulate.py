@@ -15,12 +15,12 @@ from shared.cli.parallel import run_all
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.plugins.order.priority_age import PriorityAge, RequeueAt
 from shared.core.plugins.order.within import OrderWithin, order_within
-from shared.core.priority import class_value
+from shared.core.queues import LargeJobRule
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec
 from shared.sim.fill import FillResult, run_fill
 from shared.sim.metrics import SIZE_CLASSES
-from shared.sim.operator import promote_large, with_preempt_after
+from shared.sim.operator import with_large_jobs, with_preempt_after
 from shared.sim.policies import timeline_config
 from shared.sim.report import SUMMARY_POINTS, timeline_record, write_fill, write_timeline
 from shared.sim.runtimes import load_runtimes
@@ -102,7 +102,7 @@ def load_workload(source: Source, seed: int = 0) -> Workload:
     )
     workload = _workload(source, seed if jittered else 0)
     if source.large_class is not None:
-        workload = promote_large(workload, source.large_gpus, class_value(source.large_class))
+        workload = with_large_jobs(workload, LargeJobRule(source.large_gpus, source.large_class))
     if source.preempt_after_s is not None:
         workload = with_preempt_after(workload, source.preempt_after_s)
     return workload

@@ -28,6 +28,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from shared.core.priority import class_value
 from shared.core.task import TaskShape
 
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +51,29 @@ def demand_of(shape: TaskShape, replicas: int = 1) -> FloatArray:
     return vector(shape.total_gpu_milli * replicas, shape.cpu_milli * replicas, shape.memory_mib * replicas)
 
 
+@dataclass(frozen=True)
+class LargeJobRule:
+    """An operator's rule on a queue: jobs of at least ``min_gpus`` GPUs at full size (all
+    replicas) run at least at the priority of class ``priority_class``.
+
+    Slurm's multifactor priority has such a term (its job-size factor favours large jobs); here
+    it is a floor, so that with the queue's ``preempt-after`` a large job that waited long may
+    preempt smaller, lower-priority work (the source article's 24 h case).  A job that asks for
+    more keeps what it asks for."""
+
+    min_gpus: float
+    priority_class: str
+
+    def __post_init__(self) -> None:
+        if self.min_gpus <= 0:
+            raise ValueError(f"large-job rule: min-gpus must be positive, got {self.min_gpus}")
+        class_value(self.priority_class)  # KeyError naming the classes there are
+
+    @property
+    def priority(self) -> int:
+        return class_value(self.priority_class)
+
+
 @dataclass(frozen=True, eq=False)
 class QueueSpec:
     name: str
@@ -60,6 +84,8 @@ class QueueSpec:
     tenants: tuple[str, ...] = ("*",)
     preempt_after_s: float | None = None
     """A job waiting longer than this may preempt lower-priority work anywhere (None: never)."""
+    large_jobs: LargeJobRule | None = None
+    """The class large jobs of this queue run at least at (None: their own)."""
 
     def __post_init__(self) -> None:
         if self.weight <= 0:
@@ -142,6 +168,25 @@ class QueueTree:
             )
             for q in self.specs
         }
+
+    @cached_property
+    def large_jobs(self) -> dict[str, LargeJobRule | None]:
+        """Per queue, the large-job rule its jobs follow: its own, else the nearest ancestor's
+        (as ``preempt_after_s``); None: none."""
+        return {
+            q: next((self.specs[a].large_jobs for a in self.ancestors(q) if self.specs[a].large_jobs), None)
+            for q in self.specs
+        }
+
+    def priority_of(self, queue: str, gpus: float, priority: int) -> tuple[int, LargeJobRule | None]:
+        """The priority a job of ``gpus`` GPUs at full size runs at in ``queue``, asking for
+        ``priority``: raised to the queue's large-job class where it is large enough and asks
+        for less.  Also the rule that raised it (None where none did).  Admission applies it
+        when it accepts a job, the simulator when it loads one."""
+        rule = self.large_jobs.get(queue)
+        if rule is None or gpus < rule.min_gpus or priority >= rule.priority:
+            return priority, None
+        return rule.priority, rule
 
     def is_leaf(self, name: str) -> bool:
         return name in self.specs and not self.children[name]

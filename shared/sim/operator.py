@@ -9,6 +9,10 @@ lower-priority work.  ``tessera simulate --large-class CLASS --large-gpus N --pr
 replays a trace as if they had been written, so the effect can be measured before it is
 configured (README, "Large jobs as a class of their own").
 
+Both are the live settings themselves: the large-job rule is a queue's ``large-jobs`` (the core's
+``LargeJobRule``, applied by ``QueueTree.priority_of``, which admission calls when it accepts a
+job), so the simulator raises exactly the jobs a live queue would.
+
 Pure: each function returns a new workload; the trace's own classes are only ever raised.
 """
 
@@ -16,19 +20,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.core.queues import QueueTree
-from shared.sim.workload import Workload
+from shared.core.queues import LargeJobRule, QueueTree
+from shared.sim.workload import SimJob, Workload
 
 
-def promote_large(workload: Workload, min_gpus: float, priority: int) -> Workload:
-    """Every job of at least ``min_gpus`` GPUs per full run gets ``priority`` where its own is
-    lower (a job the trace already classes higher keeps its class)."""
-    jobs = tuple(
-        replace(j, priority=priority) if j.gpus >= min_gpus and j.priority < priority else j
-        for j in workload.jobs
-    )
+def with_large_jobs(workload: Workload, rule: LargeJobRule) -> Workload:
+    """Every queue gets ``rule`` (``large-jobs`` live), and every job the priority it gives: at
+    least the rule's class for a job of at least its GPUs at full size (a job the trace already
+    classes higher keeps its class)."""
+    tree = QueueTree(replace(spec, large_jobs=rule) for spec in workload.queues.specs.values())
+    jobs = tuple(_raised(tree, j) for j in workload.jobs)
     promoted = sum(a is not b for a, b in zip(jobs, workload.jobs, strict=True))
-    return replace(workload, jobs=jobs, notes={**workload.notes, "promoted_jobs": promoted})
+    return replace(workload, queues=tree, jobs=jobs, notes={**workload.notes, "promoted_jobs": promoted})
+
+
+def _raised(tree: QueueTree, job: SimJob) -> SimJob:
+    priority, rule = tree.priority_of(job.queue, job.gpus, job.priority)
+    return job if rule is None else replace(job, priority=priority)
 
 
 def with_preempt_after(workload: Workload, seconds: float) -> Workload:

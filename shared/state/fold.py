@@ -31,6 +31,7 @@ from schemas.queues import QueueTreeSpec
 from shared.core.cluster import ClusterState, Placement
 from shared.core.jobs import RuntimeEstimator
 from shared.core.lifecycle import ACTIVE, ADMITTED, TASK_EVENTS, TERMINAL, JobStatus, Phase, evolve
+from shared.core.priority import class_value
 from shared.core.task import TaskShape
 from shared.eventstore.port import RecordedEvent
 from shared.state.wire import core_job, node_spec, task_shape
@@ -74,6 +75,14 @@ class JobRecord:
     kept_s: float = 0.0  # run time kept in checkpoints across attempts (simulated agents resume there)
     growing: list[TaskBinding] = field(default_factory=list)  # room a grow in flight took (JobGrowRequested)
     cancelling: str | None = None  # a CancelRequested's reason: stopping, then JobCancelled
+    promoted_class: str | None = None  # the class its queue's large-jobs rule raised it to
+
+    @property
+    def priority(self) -> int:
+        """The priority the scheduler compares: the spec's, or the class admission raised it to."""
+        if self.promoted_class is None:
+            return self.spec.effective_priority
+        return max(self.spec.effective_priority, class_value(self.promoted_class))
 
     @property
     def state(self) -> JobState:
@@ -135,7 +144,7 @@ PendingKey = tuple[int, int, str]
 
 def pending_key(r: JobRecord) -> PendingKey:
     """The order of the pending jobs: higher priority first, then earlier admission, then id."""
-    return (-r.spec.priority, r.admitted_at, r.spec.id)
+    return (-r.priority, r.admitted_at, r.spec.id)
 
 
 class ClusterView:
@@ -278,10 +287,11 @@ class ClusterView:
         kind = event.type
         if kind == "JobAdmitted":
             if record is None:
-                spec = JobAdmitted.model_validate(event.data).spec
+                admitted = JobAdmitted.model_validate(event.data)
                 at = event.recorded_at.timestamp()
                 self.jobs[job_id] = JobRecord(
-                    spec=spec,
+                    spec=admitted.spec,
+                    promoted_class=admitted.promoted_class,
                     admitted_at=event.position,
                     admitted_time=at,
                     version=event.version,
@@ -600,6 +610,7 @@ def to_snapshot(view: ClusterView) -> dict[str, Any]:
                 "stops": {str(k): v for k, v in r.stops.items()},
                 "resume": r.resume,
                 "kept_s": r.kept_s,
+                "promoted_class": r.promoted_class,
                 "growing": [b.model_dump(mode="json") for b in r.growing],
                 "cancelling": r.cancelling,
             }
@@ -684,6 +695,7 @@ def from_snapshot(body: Mapping[str, Any], rotation: int = 0, keep_ended: int | 
             kept_s=float(raw["kept_s"]),
             growing=[TaskBinding.model_validate(b) for b in raw.get("growing", ())],
             cancelling=raw.get("cancelling"),
+            promoted_class=raw.get("promoted_class"),
         )
         view.jobs[job_id] = record
         view._index(job_id, record.state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.core.queues import ROOT, QueueTree, demand_of, open_tree, vector
+from shared.core.queues import ROOT, LargeJobRule, QueueTree, demand_of, open_tree, vector
 from shared.state.fold import ClusterView
 from shared.state.wire import queue_tree
 
@@ -21,6 +21,7 @@ class QueueUsage:
     pending: int
     running: int
     preempt_after_s: float | None = None  # as the core reads it: a parent's, where a queue sets none
+    large_jobs: LargeJobRule | None = None  # likewise
 
     @property
     def borrowed_gpu(self) -> float:
@@ -77,6 +78,7 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
                 pending=sum(counts.get(x, [0, 0])[0] for x in leaves),
                 running=sum(counts.get(x, [0, 0])[1] for x in leaves),
                 preempt_after_s=tree.preempt_after_s[q],
+                large_jobs=tree.large_jobs[q],
             )
         )
     return out

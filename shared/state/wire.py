@@ -8,7 +8,7 @@ from schemas.job import JobSpec
 from schemas.node import NodeInventory
 from schemas.queues import QueueTreeSpec
 from shared.core.jobs import Job
-from shared.core.queues import ROOT, QueueSpec, QueueTree, vector
+from shared.core.queues import ROOT, LargeJobRule, QueueSpec, QueueTree, vector
 from shared.core.task import NodeSpec, TaskShape
 
 if TYPE_CHECKING:
@@ -25,6 +25,13 @@ def task_shape(spec: JobSpec) -> TaskShape:
         gpu_milli=r.gpu_milli,
         gpu_models=spec.accepted_models if r.num_gpu else (),
     )
+
+
+def admitted_priority(tree: QueueTree, spec: JobSpec) -> tuple[int, LargeJobRule | None]:
+    """The priority ``spec`` runs at in ``tree``: its own, or the class its queue's large-jobs rule
+    raises it to, judged on its GPUs at full size (all replicas, a GPU share as its fraction)."""
+    gpus = task_shape(spec).total_gpu_milli * spec.max_replicas / 1000
+    return tree.priority_of(spec.queue, gpus, spec.effective_priority)
 
 
 def node_spec(inventory: NodeInventory) -> NodeSpec:
@@ -58,7 +65,7 @@ def core_job(record: JobRecord) -> Job:
         shape=record.shape,
         replicas=spec.max_replicas,
         min_replicas=spec.min_replicas if spec.min_replicas < spec.max_replicas else 0,
-        priority=spec.effective_priority,
+        priority=record.priority,
         submitted=record.admitted_time,
         queued_since=record.queued_time,
         duration_s=spec.duration_s,
@@ -83,6 +90,9 @@ def queue_tree(spec: QueueTreeSpec) -> QueueTree:
                 max=vector(*q.max.as_core(float("inf"))),
                 tenants=tuple(q.tenants),
                 preempt_after_s=q.preempt_after,
+                large_jobs=None
+                if q.large_jobs is None
+                else LargeJobRule(q.large_jobs.min_gpus, q.large_jobs.priority_class),
             )
         )
     return QueueTree(out)

@@ -196,6 +196,47 @@ async def test_an_applied_queue_tree_decides_queues_rights_and_quotas() -> None:
     assert [e.stream for e in written if e.type == "QueuesApplied"] == ["queues"]
 
 
+async def test_a_queues_large_jobs_rule_raises_large_jobs_that_ask_for_less_and_the_core_sees_it() -> None:
+    from schemas.commands import ApplyQueues
+    from schemas.queues import QueueTreeSpec
+    from shared.state.fold import fold
+    from shared.state.wire import core_job
+
+    store = InMemoryEventStore()
+    await with_nodes(store)
+    admission = Admission(store, QUEUES)
+    rule = {"min-gpus": 2, "priority-class": "high"}
+    tree = {"queues": [{"name": "team", "large-jobs": rule, "children": [{"name": "a"}]}]}
+    await admission.decide([ApplyQueues(tree=QueueTreeSpec.model_validate(tree))])
+    big = spec("big", queue="a", replicas=2)  # 2 GPUs in all: the rule, inherited from team
+    verdicts = await admission.decide(
+        [
+            SubmitJob(spec=big),
+            SubmitJob(spec=spec("small", queue="a")),  # 1 GPU
+            SubmitJob(spec=spec("asks-more", queue="a", replicas=2, priority_class="critical")),
+            SubmitJob(spec=spec("cpu", queue="a", replicas=4, gpus=0)),
+        ]
+    )
+    assert verdicts == ["admitted"] * 4
+    admitted = {e.data["spec"]["id"]: e.data for e in await store.read_all(0, 100) if e.type == "JobAdmitted"}
+    assert {j: d["promoted_class"] for j, d in admitted.items()} == {
+        "big": "high",
+        "small": None,
+        "asks-more": None,
+        "cpu": None,
+    }
+    assert JobSpec.model_validate(admitted["big"]["spec"]) == big  # the spec is kept as submitted
+    # A redelivery of the same submission is still recognised as one.
+    assert await admission.decide([SubmitJob(spec=big)]) == ["duplicate-ignored"]
+    view = fold(await store.read_all(0, 100))
+    assert {j: core_job(view.jobs[j]).priority for j in admitted} == {
+        "big": 100,
+        "small": 0,
+        "asks-more": 1000,
+        "cpu": 0,
+    }
+
+
 async def test_a_field_nothing_honours_is_rejected_with_its_name() -> None:
     store = InMemoryEventStore()
     admission = Admission(store, QUEUES)

@@ -249,3 +249,20 @@ def test_a_snapshot_of_a_view_that_kept_every_job_can_be_cut_when_restored() -> 
     cut = ClusterView(keep_ended=2)
     cut.apply_all(_many_ended(10))
     assert digest(restored) == digest(cut) and len(restored.jobs) == 3
+
+
+def test_a_class_admission_raised_a_job_to_orders_it_and_survives_a_snapshot() -> None:
+    from shared.state.wire import core_job
+
+    small, big = (
+        JobSpec.model_validate({"id": j, "tenant": "t", "resources": {"cpu": "2", "nvidia.com/gpu": 1}})
+        for j in ("first", "big")
+    )
+    events = _recorded(
+        [("job-first", JobAdmitted(spec=small)), ("job-big", JobAdmitted(spec=big, promoted_class="high"))]
+    )
+    view = fold(events)
+    assert [r.spec.id for r in view.pending()] == ["big", "first"]  # higher first, though later
+    restored = from_snapshot(json.loads(json.dumps(to_snapshot(view))))
+    for v in (view, restored):
+        assert core_job(v.jobs["big"]).priority == 100 and core_job(v.jobs["first"]).priority == 0

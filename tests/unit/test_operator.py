@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from shared.core.fragmentation import TypicalWorkload
 from shared.core.priority import class_value
-from shared.core.queues import QueueSpec, QueueTree
+from shared.core.queues import LargeJobRule, QueueSpec, QueueTree
 from shared.core.registry import build_profile
 from shared.core.task import NodeSpec, TaskShape
-from shared.sim.operator import promote_large, with_preempt_after
+from shared.sim.operator import with_large_jobs, with_preempt_after
 from shared.sim.policies import timeline_config
 from shared.sim.timeline import run_timeline
 from shared.sim.workload import SimJob, Workload
@@ -46,11 +46,18 @@ def test_only_jobs_of_the_size_given_are_raised_and_never_lowered() -> None:
     w = Workload(
         w.name, w.nodes, (*w.jobs, job("critical", "b", EIGHT, 0.0, 1.0, class_value("critical"))), w.queues
     )
-    out = promote_large(w, 8, HIGH)
+    out = with_large_jobs(w, LargeJobRule(8, "high"))
     assert {j.id: j.priority for j in out.jobs if j.priority != NORMAL} == {"big": HIGH, "critical": 1000}
     assert out.notes["promoted_jobs"] == 1
     assert [j.id for j in out.jobs] == [j.id for j in w.jobs]  # same jobs, same order
-    assert all(j.priority == NORMAL for j in promote_large(w, 9, HIGH).jobs if j.id != "critical")
+    assert all(
+        j.priority == NORMAL for j in with_large_jobs(w, LargeJobRule(9, "high")).jobs if j.id != "critical"
+    )
+    # The rule sits on every queue, as a live queue's ``large-jobs`` would.
+    assert {q: r for q, r in out.queues.large_jobs.items()} == {
+        "a": LargeJobRule(8, "high"),
+        "b": LargeJobRule(8, "high"),
+    }
 
 
 def test_every_queue_gets_the_preempt_after_and_keeps_the_rest() -> None:
@@ -69,7 +76,7 @@ def test_a_large_job_waits_for_room_unless_it_is_both_higher_and_past_preempt_af
     # preempt-after alone: the others are not of lower priority.
     assert big_job_wait_h(with_preempt_after(w, 2 * HOUR)) > 98
     # high alone: it may evict its own queue's four jobs, not b's, so it still cannot start.
-    assert big_job_wait_h(promote_large(w, 8, HIGH)) > 98
+    assert big_job_wait_h(with_large_jobs(w, LargeJobRule(8, "high"))) > 98
     # both: once it has waited 2 h it evicts all eight (checkpointable, they resume later).
-    both = big_job_wait_h(with_preempt_after(promote_large(w, 8, HIGH), 2 * HOUR))
+    both = big_job_wait_h(with_preempt_after(with_large_jobs(w, LargeJobRule(8, "high")), 2 * HOUR))
     assert 2 <= both < 2.2

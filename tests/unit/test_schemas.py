@@ -172,6 +172,42 @@ def test_preempt_after_reaches_the_core_and_child_queues_inherit_it() -> None:
     assert shown == after
 
 
+def test_large_jobs_reaches_the_core_child_queues_inherit_it_and_a_bad_one_is_refused_by_name() -> None:
+    from shared.core.queues import LargeJobRule
+
+    rule = {"min-gpus": 8, "priority-class": "high"}
+    own = {"min-gpus": 16, "priority-class": "critical"}
+    spec = QueueTreeSpec.model_validate(
+        {
+            "queues": [
+                {
+                    "name": "research",
+                    "large-jobs": rule,
+                    "children": [{"name": "nlp"}, {"name": "vision", "large-jobs": own}],
+                },
+                {"name": "inference"},
+            ]
+        }
+    )
+    tree = queue_tree(spec)
+    high, critical = LargeJobRule(8, "high"), LargeJobRule(16, "critical")
+    assert tree.large_jobs == {"research": high, "nlp": high, "vision": critical, "inference": None}
+    assert tree.priority_of("nlp", 8, 0) == (100, high)
+    assert tree.priority_of("nlp", 7.5, 0) == (0, None)  # smaller
+    assert tree.priority_of("nlp", 64, 1000) == (1000, None)  # asks for more
+    assert tree.priority_of("vision", 8, 0) == (0, None)  # its own rule starts at 16
+    assert tree.priority_of("inference", 64, -100) == (-100, None)
+    view = ClusterView()
+    view.queues = spec
+    assert {q.name: q.large_jobs for q in queue_usage(view)} == tree.large_jobs  # `tessera queue show`
+    for bad, named in (
+        ({"min-gpus": 8, "priority-class": "urgent"}, "urgent"),
+        ({"min-gpus": 0, "priority-class": "high"}, "min-gpus"),
+    ):
+        with pytest.raises(ValidationError, match=named):
+            QueueTreeSpec.model_validate({"queues": [{"name": "q", "large-jobs": bad}]})
+
+
 DURATIONS = [(86400.0, "24h"), (5400.0, "90m"), (45.0, "45s"), (90.5, "90.5s")]
 
 
@@ -179,3 +215,22 @@ DURATIONS = [(86400.0, "24h"), (5400.0, "90m"), (45.0, "45s"), (90.5, "90.5s")]
 def test_a_duration_is_shown_as_the_shortest_text_that_reads_back_the_same(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
     assert duration_s(text) == seconds
+
+
+def test_the_examples_parse_and_the_example_tree_does_what_its_comments_say() -> None:
+    from shared.core.queues import LargeJobRule
+    from shared.state.wire import admitted_priority
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    jobs = {p.name: JobSpec.model_validate(yaml.safe_load(p.read_text())) for p in examples.glob("*-*.yaml")}
+    assert set(jobs) == {"gang-train.yaml", "train-small.yaml"}
+    tree = queue_tree(QueueTreeSpec.model_validate(yaml.safe_load((examples / "queues.yaml").read_text())))
+    day = 86400.0
+    assert tree.preempt_after_s == {"research": day, "nlp": day, "vision": day, "inference": None}
+    rule = LargeJobRule(8, "high")
+    assert tree.large_jobs == {"research": rule, "nlp": rule, "vision": rule, "inference": None}
+    # The gang asks for high already: nothing to raise; as normal it would be raised (32 GPUs).
+    gang = jobs["gang-train.yaml"]
+    assert admitted_priority(tree, gang) == (100, None)
+    as_normal = gang.model_copy(update={"priority_class": None, "priority": 0})
+    assert admitted_priority(tree, as_normal) == (100, rule)
