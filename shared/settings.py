@@ -123,6 +123,12 @@ class Settings(BaseSettings):
     preempt_min_runtime_s: float = Field(
         600.0, ge=0, description="placement: a job that started less than this ago is not preempted"
     )
+    preempt_restart_overhead_s: float = Field(
+        60.0,
+        ge=0,
+        description="placement: the seconds of work a checkpointed victim loses to one restart (save, "
+        "reload, warm-up); an eviction must spare the preemptor more waiting than its victims lose",
+    )
     consolidate: bool = Field(
         True,
         description="placement: move small checkpointable jobs (one restart each) to free room elsewhere "

@@ -189,6 +189,7 @@ class Worker:
                 max_jobs=self.max_jobs,
                 grace_s=self.settings.preempt_grace_s,
                 min_runtime_s=self.settings.preempt_min_runtime_s,
+                restart_overhead_s=self.settings.preempt_restart_overhead_s,
                 consolidate=self.settings.consolidate,
                 order=order_within(self.settings.order_within, self.settings.requeue_timestamp),
             )

@@ -116,10 +116,66 @@ async def test_two_queues_asking_for_more_than_their_guarantee_converge_to_their
             shares.append((use["red"], use["blue"]))
     # Once red's first jobs end (3 s), the cycle serves the queue furthest below its share: both
     # queues hold about their 16 GPUs while both still wait.
-    Path("/tmp/shares.txt").write_text(str(shares))
     assert len(shares) >= 5, shares
     settled = shares[len(shares) // 2 :]
     assert all(12 <= b <= 20 and 12 <= r <= 20 for r, b in settled), shares
+
+
+async def test_a_large_job_raised_by_its_queue_evicts_another_queues_work_after_preempt_after(
+    live: LiveStack, tmp_path: Path
+) -> None:
+    """The source article's case, with the two queue settings that make it: a whole-node job that
+    waited past its queue's ``preempt-after`` takes the node from smaller work of another queue,
+    which its queue's ``large-jobs`` rule made lower-priority than it."""
+    # Seconds, not the hours of a real cluster: victims may be young, and a restart costs them 1 s
+    # (else evicting eight jobs to spare a job a few seconds' wait is rightly not worth it).
+    live.env.update(
+        {
+            "TESSERA_PREEMPT_MIN_RUNTIME_S": "0",
+            "TESSERA_PREEMPT_GRACE_S": "2",
+            "TESSERA_PREEMPT_RESTART_OVERHEAD_S": "1",
+        }
+    )
+    await start(live, tmp_path, nodes=1)  # 8 GPUs
+    wait_s = 3.0
+    rule = {"min-gpus": 8, "priority-class": "high"}
+    tree = {
+        "queues": [
+            {
+                "name": "org",
+                "preempt-after": wait_s,
+                "large-jobs": rule,
+                "children": [{"name": "a"}, {"name": "b"}],
+            }
+        ]
+    }
+    await stack.apply_queues(QueueTreeSpec.model_validate(tree), live.settings)
+    small = [job(f"small-{i}", seconds=15.0, queue="a", checkpointable=True) for i in range(8)]
+    await stack.submit(small, live.settings)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # a holds the whole node
+        view, _ = await stack.read_view(live.settings)
+        if sum(1 for r in view.jobs.values() if r.status.active) == 8:
+            break
+        await asyncio.sleep(0.2)
+    big = job("big", gpus=8, seconds=2.0, queue="b")  # asks for no class: normal, as the small ones
+    await stack.submit([big], live.settings)
+    states = await live.wait_terminal(["big", *(j.id for j in small)], timeout=90)
+    assert set(states.values()) == {"finished"}, states  # the victims resumed and ended: none lost
+    events = await log_of(live.settings.database_url)
+    admitted = next(e for e in events if e.stream == "job-big" and e.type == "JobAdmitted")
+    assert admitted.data["promoted_class"] == "high"
+    asked = [e for e in events if e.type == "PreemptionRequested" and e.data.get("by_job") == "big"]
+    assert {e.stream for e in asked} == {f"job-small-{i}" for i in range(8)}
+    # Not before it had waited its queue's preempt-after: before, small work of another queue
+    # was not its to take (same queue tree, equal shares, nothing borrowed beyond a guarantee).
+    first_ask = min(e.recorded_at for e in asked)
+    assert (first_ask - admitted.recorded_at).total_seconds() >= wait_s
+    started = next(e for e in events if e.stream == "job-big" and e.type == "JobStarted")
+    # It ran long before the small jobs' 15 s would have freed the node.
+    assert (started.recorded_at - admitted.recorded_at).total_seconds() < 12
+    ends = {e.stream: e.position for e in events if e.type == "JobFinished"}
+    assert all(ends[f"job-small-{i}"] > started.position for i in range(8))
 
 
 async def test_an_over_quota_submission_is_rejected_and_changes_nothing_else(
