@@ -15,7 +15,9 @@ from shared.cli.reach import run_reaching
 from shared.core.plugins.order.priority_age import RequeueAt
 from shared.core.plugins.order.within import OrderWithin
 from shared.core.priority import PRIORITY_CLASSES
+from shared.core.queues import LargeJobRule
 from shared.core.registry import DEFAULT_POLICY, POLICY_NAMES, check_options
+from shared.sim.operator import LARGE_GPUS
 from shared.sim.policies import TIMELINE_POLICIES
 from shared.sim.trace import TraceError
 
@@ -154,7 +156,9 @@ def simulate(
     ] = None,
     large_gpus: Annotated[
         float | None,
-        typer.Option(help="timeline with --large-class: the GPUs per full run from which it applies (8)"),
+        typer.Option(
+            help=f"timeline with --large-class: the GPUs per full run from which it applies ({LARGE_GPUS:g})"
+        ),
     ] = None,
     preempt_after: Annotated[
         str | None,
@@ -239,8 +243,7 @@ def simulate(
         jitter if philly is not None else 0.0,
         declared_durations,
         runtimes,
-        large_class,
-        8.0 if large_gpus is None else large_gpus,
+        None if large_class is None else LargeJobRule(large_gpus or LARGE_GPUS, large_class),
         after_s,
     )
     try:

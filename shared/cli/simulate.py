@@ -63,8 +63,7 @@ class Source:
     jitter_s: float = 0.0  # Philly: each seed delays every arrival by up to this (philly_workload)
     duration_error: float | None = None  # Philly: jobs declare durations with this error (philly_workload)
     runtimes: Path | None = None  # Philly: each job draws its run time from this list (philly_workload)
-    large_class: str | None = None  # jobs of at least ``large_gpus`` GPUs get this class (sim/operator.py)
-    large_gpus: float = 8.0
+    large_jobs: LargeJobRule | None = None  # every queue's large-jobs rule (sim/operator.py)
     preempt_after_s: float | None = None  # every queue's preempt-after (sim/operator.py)
 
     @property
@@ -101,8 +100,8 @@ def load_workload(source: Source, seed: int = 0) -> Workload:
         source.jitter_s > 0 or source.duration_error is not None or source.runtimes is not None
     )
     workload = _workload(source, seed if jittered else 0)
-    if source.large_class is not None:
-        workload = with_large_jobs(workload, LargeJobRule(source.large_gpus, source.large_class))
+    if source.large_jobs is not None:
+        workload = with_large_jobs(workload, source.large_jobs)
     if source.preempt_after_s is not None:
         workload = with_preempt_after(workload, source.preempt_after_s)
     return workload
@@ -221,8 +220,11 @@ def simulate(
         extra["duration_error"] = source.duration_error
     if source.runtimes is not None:
         extra["runtimes"] = source.runtimes.name
-    if source.large_class is not None:
-        extra["large_class"] = {"class": source.large_class, "min_gpus": source.large_gpus}
+    if source.large_jobs is not None:
+        extra["large_class"] = {
+            "class": source.large_jobs.priority_class,
+            "min_gpus": source.large_jobs.min_gpus,
+        }
     if source.preempt_after_s is not None:
         extra["preempt_after_s"] = source.preempt_after_s
     jobs = [

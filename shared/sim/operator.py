@@ -23,6 +23,9 @@ from dataclasses import replace
 from shared.core.queues import LargeJobRule, QueueTree
 from shared.sim.workload import SimJob, Workload
 
+LARGE_GPUS = 8.0
+"""``--large-gpus`` unset: one Philly node's GPUs, the size from which a job needs a whole node."""
+
 
 def with_large_jobs(workload: Workload, rule: LargeJobRule) -> Workload:
     """Every queue gets ``rule`` (``large-jobs`` live), and every job the priority it gives: at

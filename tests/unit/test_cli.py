@@ -332,3 +332,21 @@ def test_a_large_class_and_preempt_after_are_checked_and_act_only_in_a_timeline(
         result = runner.invoke(app, [*timeline, *knobs])
         assert result.exit_code != 0
         assert "a positive number, with --large-class" in result.output  # never silently ignored
+    # A run records the rule (8 GPUs unless told) and how many jobs it raised: here the one
+    # 8-GPU pod of a best-effort qos, not the 1-GPU one, nor the 8-GPU pod already of class high.
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,V100\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time\n"
+        "small,1000,1024,1,1000,,BE,Running,0,100\n"
+        "big,1000,1024,8,1000,,BE,Running,10,20\n"
+        "ls,1000,1024,8,1000,,LS,Running,30,40\n"
+    )
+    out = tmp_path / "large"
+    files = ["--nodes", str(nodes), "--pods", str(pods), "--compress", "1", "--workers", "1"]
+    result = runner.invoke(app, [*timeline, *files, "--large-class", "high", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["large_class"] == {"class": "high", "min_gpus": 8.0}
+    assert summary["notes"]["promoted_jobs"] == 1
