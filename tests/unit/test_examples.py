@@ -29,3 +29,19 @@ def test_the_example_is_valid(path: Path) -> None:
 def test_there_are_examples_of_both_kinds() -> None:
     kinds = {yaml.safe_load(p.read_text())["kind"] for p in EXAMPLES}
     assert kinds == {"Job", "QueueTree"}
+
+
+def test_the_example_tree_does_what_its_comments_say() -> None:
+    from shared.core.queues import LargeJobRule
+    from shared.state.wire import admitted_priority
+
+    folder = EXAMPLES[0].parent
+    tree = queue_tree(QueueTreeSpec.model_validate(yaml.safe_load((folder / "queues.yaml").read_text())))
+    day, rule = 86400.0, LargeJobRule(8, "high")
+    assert tree.preempt_after_s == {"research": day, "nlp": day, "vision": day, "inference": None}
+    assert tree.large_jobs == {"research": rule, "nlp": rule, "vision": rule, "inference": None}
+    # The example gang (32 GPUs, queue nlp) asks for high already; as normal it would be raised.
+    gang = JobSpec.model_validate(yaml.safe_load((folder / "gang-train.yaml").read_text()))
+    assert admitted_priority(tree, gang) == (100, None)
+    as_normal = gang.model_copy(update={"priority_class": None, "priority": 0})
+    assert admitted_priority(tree, as_normal) == (100, rule)

@@ -215,22 +215,3 @@ DURATIONS = [(86400.0, "24h"), (5400.0, "90m"), (45.0, "45s"), (90.5, "90.5s")]
 def test_a_duration_is_shown_as_the_shortest_text_that_reads_back_the_same(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
     assert duration_s(text) == seconds
-
-
-def test_the_examples_parse_and_the_example_tree_does_what_its_comments_say() -> None:
-    from shared.core.queues import LargeJobRule
-    from shared.state.wire import admitted_priority
-
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    jobs = {p.name: JobSpec.model_validate(yaml.safe_load(p.read_text())) for p in examples.glob("*-*.yaml")}
-    assert set(jobs) == {"gang-train.yaml", "train-small.yaml"}
-    tree = queue_tree(QueueTreeSpec.model_validate(yaml.safe_load((examples / "queues.yaml").read_text())))
-    day = 86400.0
-    assert tree.preempt_after_s == {"research": day, "nlp": day, "vision": day, "inference": None}
-    rule = LargeJobRule(8, "high")
-    assert tree.large_jobs == {"research": rule, "nlp": rule, "vision": rule, "inference": None}
-    # The gang asks for high already: nothing to raise; as normal it would be raised (32 GPUs).
-    gang = jobs["gang-train.yaml"]
-    assert admitted_priority(tree, gang) == (100, None)
-    as_normal = gang.model_copy(update={"priority_class": None, "priority": 0})
-    assert admitted_priority(tree, as_normal) == (100, rule)
