@@ -715,9 +715,9 @@ def demo(
 
 
 def queue_table(view: object) -> object:
-    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), job counts, and the
-    wait after which their jobs may preempt lower-priority work anywhere and the class their large
-    jobs run at least at (inherited values shown as is)."""
+    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), job counts, and,
+    where any queue sets them, the wait after which their jobs may preempt lower-priority work
+    anywhere and the class their large jobs run at least at (inherited values shown as is)."""
     from rich.table import Table
 
     from shared.state.fold import ClusterView
@@ -725,13 +725,18 @@ def queue_table(view: object) -> object:
 
     assert isinstance(view, ClusterView)
     table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
-    columns = ("queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running")
-    for col in (*columns, "preempt after", "large jobs"):
+    queues = queue_usage(view)
+    columns = ["queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"]
+    # Columns no queue sets are left out: they would only narrow the others on a terminal.
+    after = any(q.preempt_after_s is not None for q in queues)
+    large = any(q.large_jobs is not None for q in queues)
+    columns += ["preempt after"] * after + ["large jobs"] * large
+    for col in columns:
         table.add_column(col, justify="left" if col == "queue" else "right")
     depth = {"root": -1}
-    for q in queue_usage(view):
+    for q in queues:
         depth[q.name] = depth.get(q.parent, -1) + 1
-        table.add_row(
+        row = [
             "  " * depth[q.name] + q.name,
             f"{q.guarantee_gpu:g}",
             "∞" if q.max_gpu == float("inf") else f"{q.max_gpu:g}",
@@ -740,9 +745,13 @@ def queue_table(view: object) -> object:
             f"{q.borrowed_gpu:.1f}",
             str(q.pending),
             str(q.running),
-            "—" if q.preempt_after_s is None else duration_text(q.preempt_after_s),
-            "—" if (rule := q.large_jobs) is None else f"≥{rule.min_gpus:g} GPUs: {rule.priority_class}",
-        )
+        ]
+        if after:
+            row.append("—" if q.preempt_after_s is None else duration_text(q.preempt_after_s))
+        if large:
+            rule = q.large_jobs
+            row.append("—" if rule is None else f"≥{rule.min_gpus:g} GPUs: {rule.priority_class}")
+        table.add_row(*row)
     return table
 
 

@@ -350,3 +350,26 @@ def test_a_large_class_and_preempt_after_are_checked_and_act_only_in_a_timeline(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["large_class"] == {"class": "high", "min_gpus": 8.0}
     assert summary["notes"]["promoted_jobs"] == 1
+
+
+def test_the_queue_table_shows_preempt_after_and_large_jobs_only_where_a_queue_sets_them() -> None:
+    import io
+
+    from rich.console import Console
+
+    from schemas.queues import QueueTreeSpec
+    from shared.cli.main import queue_table
+    from shared.state.fold import ClusterView
+
+    def rendered(tree: dict[str, object]) -> str:
+        view = ClusterView()
+        view.queues = QueueTreeSpec.model_validate(tree)
+        out = io.StringIO()
+        Console(file=out, width=200).print(queue_table(view))
+        return out.getvalue()
+
+    rule = {"min-gpus": 8, "priority-class": "high"}
+    text = rendered({"queues": [{"name": "org", "large-jobs": rule, "children": [{"name": "a"}]}]})
+    assert "large jobs" in text and "preempt after" not in text
+    assert text.count("≥8 GPUs: high") == 2  # org's own and a's, inherited
+    assert "large jobs" not in rendered({"queues": [{"name": "a"}]})
