@@ -76,13 +76,13 @@ class JobRecord:
     growing: list[TaskBinding] = field(default_factory=list)  # room a grow in flight took (JobGrowRequested)
     cancelling: str | None = None  # a CancelRequested's reason: stopping, then JobCancelled
     promoted_class: str | None = None  # the class its queue's large-jobs rule raised it to
+    priority: int = field(init=False)
+    """The priority the scheduler compares: the spec's, or the class admission raised it to
+    (worked out once: the pending order reads it for every pending job)."""
 
-    @property
-    def priority(self) -> int:
-        """The priority the scheduler compares: the spec's, or the class admission raised it to."""
-        if self.promoted_class is None:
-            return self.spec.effective_priority
-        return max(self.spec.effective_priority, class_value(self.promoted_class))
+    def __post_init__(self) -> None:
+        own = self.spec.effective_priority
+        self.priority = own if self.promoted_class is None else max(own, class_value(self.promoted_class))
 
     @property
     def state(self) -> JobState:
