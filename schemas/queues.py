@@ -99,14 +99,17 @@ class Quota(BaseModel):
 
 
 class LargeJobs(BaseModel):
-    """Jobs of at least ``min-gpus`` GPUs at full size (all replicas, at their most) run at least
-    at ``priority-class``; a job that asks for more keeps it.  With ``preempt-after``, a large job
+    """Jobs that need at least ``min-gpus`` GPUs to start (all replicas; a gang's ``min-member``,
+    an elastic job's minimum) run at least at ``priority-class``; a job that asks for more keeps
+    it.  With ``preempt-after``, a large job
     that waited that long may then preempt smaller, lower-priority work (README, "Large jobs as a
     class of their own")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     min_gpus: float = Field(
-        alias="min-gpus", gt=0, description="GPUs per job, all replicas, from which it applies"
+        alias="min-gpus",
+        gt=0,
+        description="GPUs a job needs to start (its fewest replicas) from which it applies",
     )
     priority_class: str = Field(alias="priority-class", description="critical, high, normal or best-effort")
 

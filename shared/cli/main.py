@@ -149,15 +149,16 @@ def simulate(
     large_class: Annotated[
         str | None,
         typer.Option(
-            help="timeline: every job of at least --large-gpus GPUs gets this priority class (critical, "
-            "high, normal, best-effort) where the trace gives it a lower one, as if its users had "
-            "written priority-class; unset: the trace's classes"
+            help="timeline: every job that needs at least --large-gpus GPUs to start gets this priority "
+            "class (critical, high, normal, best-effort) where the trace gives it a lower one, as if "
+            "every queue had the rule large-jobs; unset: the trace's classes"
         ),
     ] = None,
     large_gpus: Annotated[
         float | None,
         typer.Option(
-            help=f"timeline with --large-class: the GPUs per full run from which it applies ({LARGE_GPUS:g})"
+            help=f"timeline with --large-class: the GPUs a job needs to start from which it applies "
+            f"({LARGE_GPUS:g})"
         ),
     ] = None,
     preempt_after: Annotated[

@@ -53,8 +53,10 @@ def demand_of(shape: TaskShape, replicas: int = 1) -> FloatArray:
 
 @dataclass(frozen=True)
 class LargeJobRule:
-    """An operator's rule on a queue: jobs of at least ``min_gpus`` GPUs at full size (all
-    replicas) run at least at the priority of class ``priority_class``.
+    """An operator's rule on a queue: jobs that need at least ``min_gpus`` GPUs at once to start
+    (all replicas of a rigid job, a gang's ``min-member``, an elastic job's minimum) run at least
+    at the priority of class ``priority_class``.  What starts small never waits for a whole node
+    to drain, so an elastic job is judged by its minimum, not by what it may grow to.
 
     Slurm's multifactor priority has such a term (its job-size factor favours large jobs); here
     it is a floor, so that with the queue's ``preempt-after`` a large job that waited long may
@@ -179,7 +181,7 @@ class QueueTree:
         }
 
     def priority_of(self, queue: str, gpus: float, priority: int) -> tuple[int, LargeJobRule | None]:
-        """The priority a job of ``gpus`` GPUs at full size runs at in ``queue``, asking for
+        """The priority a job that needs ``gpus`` GPUs to start runs at in ``queue``, asking for
         ``priority``: raised to the queue's large-job class where it is large enough and asks
         for less.  Also the rule that raised it (None where none did).  Admission applies it
         when it accepts a job, the simulator when it loads one."""

@@ -29,8 +29,8 @@ LARGE_GPUS = 8.0
 
 def with_large_jobs(workload: Workload, rule: LargeJobRule) -> Workload:
     """Every queue gets ``rule`` (``large-jobs`` live), and every job the priority it gives: at
-    least the rule's class for a job of at least its GPUs at full size (a job the trace already
-    classes higher keeps its class)."""
+    least the rule's class for a job that needs at least its GPUs to start (a job the trace
+    already classes higher keeps its class)."""
     tree = QueueTree(replace(spec, large_jobs=rule) for spec in workload.queues.specs.values())
     jobs = tuple(_raised(tree, j) for j in workload.jobs)
     promoted = sum(a is not b for a, b in zip(jobs, workload.jobs, strict=True))
@@ -38,7 +38,7 @@ def with_large_jobs(workload: Workload, rule: LargeJobRule) -> Workload:
 
 
 def _raised(tree: QueueTree, job: SimJob) -> SimJob:
-    priority, rule = tree.priority_of(job.queue, job.gpus, job.priority)
+    priority, rule = tree.priority_of(job.queue, job.fewest_gpus, job.priority)
     return job if rule is None else replace(job, priority=priority)
 
 

@@ -70,6 +70,11 @@ class SimJob:
     def gpus(self) -> float:
         return self.shape.total_gpu_milli * self.replicas / MILLI
 
+    @property
+    def fewest_gpus(self) -> float:
+        """The GPUs it needs at once to start (an elastic job's minimum; else all of them)."""
+        return self.shape.total_gpu_milli * (self.min_replicas or self.replicas) / MILLI
+
     def rate(self, tasks: int) -> float:
         """Work done per second with ``tasks`` tasks (1.0 at full size)."""
         if tasks == self.replicas or not self.speed:

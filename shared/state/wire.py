@@ -29,8 +29,9 @@ def task_shape(spec: JobSpec) -> TaskShape:
 
 def admitted_priority(tree: QueueTree, spec: JobSpec) -> tuple[int, LargeJobRule | None]:
     """The priority ``spec`` runs at in ``tree``: its own, or the class its queue's large-jobs rule
-    raises it to, judged on its GPUs at full size (all replicas, a GPU share as its fraction)."""
-    gpus = task_shape(spec).total_gpu_milli * spec.max_replicas / 1000
+    raises it to, judged on the GPUs it needs to start (its fewest replicas; a GPU share counts as
+    its fraction)."""
+    gpus = task_shape(spec).total_gpu_milli * spec.min_replicas / 1000
     return tree.priority_of(spec.queue, gpus, spec.effective_priority)
 
 

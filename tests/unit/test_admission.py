@@ -215,15 +215,21 @@ async def test_a_queues_large_jobs_rule_raises_large_jobs_that_ask_for_less_and_
             SubmitJob(spec=spec("small", queue="a")),  # 1 GPU
             SubmitJob(spec=spec("asks-more", queue="a", replicas=2, priority_class="critical")),
             SubmitJob(spec=spec("cpu", queue="a", replicas=4, gpus=0)),
+            # Judged by what it needs to start: an elastic job that may start with one GPU is not
+            # large, whatever it may grow to; a gang of 4 that starts with 2 is.
+            SubmitJob(spec=spec("elastic", queue="a", replicas=4, elastic="1:4")),
+            SubmitJob(spec=spec("gang", queue="a", replicas=4, gang={"min-member": 2})),
         ]
     )
-    assert verdicts == ["admitted"] * 4
+    assert verdicts == ["admitted"] * 6
     admitted = {e.data["spec"]["id"]: e.data for e in await store.read_all(0, 100) if e.type == "JobAdmitted"}
     assert {j: d["promoted_class"] for j, d in admitted.items()} == {
         "big": "high",
         "small": None,
         "asks-more": None,
         "cpu": None,
+        "elastic": None,
+        "gang": "high",
     }
     assert JobSpec.model_validate(admitted["big"]["spec"]) == big  # the spec is kept as submitted
     # A redelivery of the same submission is still recognised as one.
@@ -234,6 +240,8 @@ async def test_a_queues_large_jobs_rule_raises_large_jobs_that_ask_for_less_and_
         "small": 0,
         "asks-more": 1000,
         "cpu": 0,
+        "elastic": 0,
+        "gang": 100,
     }
 
 

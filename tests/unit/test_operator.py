@@ -46,6 +46,9 @@ def test_only_jobs_of_the_size_given_are_raised_and_never_lowered() -> None:
     w = Workload(
         w.name, w.nodes, (*w.jobs, job("critical", "b", EIGHT, 0.0, 1.0, class_value("critical"))), w.queues
     )
+    # An elastic job of eight 1-GPU replicas may start with one: it never waits for a whole node.
+    elastic = SimJob("elastic", "b", "b", ONE, 8, 0.0, 1.0, min_replicas=1)
+    w = Workload(w.name, w.nodes, (*w.jobs, elastic), w.queues)
     out = with_large_jobs(w, LargeJobRule(8, "high"))
     assert {j.id: j.priority for j in out.jobs if j.priority != NORMAL} == {"big": HIGH, "critical": 1000}
     assert out.notes["promoted_jobs"] == 1
