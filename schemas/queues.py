@@ -101,9 +101,8 @@ class Quota(BaseModel):
 class LargeJobs(BaseModel):
     """Jobs that need at least ``min-gpus`` GPUs to start (all replicas; a gang's ``min-member``,
     an elastic job's minimum) run at least at ``priority-class``; a job that asks for more keeps
-    it.  With ``preempt-after``, a large job
-    that waited that long may then preempt smaller, lower-priority work (README, "Large jobs as a
-    class of their own")."""
+    it.  With ``preempt-after``, a large job that waited that long may then preempt smaller,
+    lower-priority work (README, "Large jobs as a class of their own")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     min_gpus: float = Field(
@@ -140,7 +139,7 @@ class QueueConfig(BaseModel):
     large_jobs: LargeJobs | None = Field(
         None,
         alias="large-jobs",
-        description="jobs of at least min-gpus GPUs run at least at priority-class; "
+        description="jobs that need at least min-gpus GPUs to start run at least at priority-class; "
         "child queues without their own take it",
     )
     children: list[QueueConfig] = Field(default_factory=list)

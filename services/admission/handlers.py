@@ -13,8 +13,8 @@ the shell reads those inputs from the event store, appends, and commits the Kafk
 * an id already admitted with different content -> ``duplicate``; with the same content the
   redelivered submission changes nothing (idempotent).
 
-An admitted job of at least its queue's ``large-jobs`` GPUs that asks for a lower class is
-admitted with ``promoted_class`` set (``QueueTree.priority_of``, the function the simulator
+An admitted job that needs at least its queue's ``large-jobs`` GPUs to start and asks for a
+lower class is admitted with ``promoted_class`` set (``QueueTree.priority_of``, the function the simulator
 applies too); its spec is kept as submitted.
 """
 
