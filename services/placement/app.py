@@ -324,7 +324,7 @@ class Worker:
                 continue
             t1 = time.perf_counter()
             self.stats.cycle(t1 - t0, len(self.view.pending_ids()))
-            self.stats.waiting(decision.waiting, decision.reserved)
+            self.stats.waiting(decision.waiting, decision.reserved, decision.preempt_at)
             if not decision.events:
                 await self._sleep_until_change(follower, 0.5)  # nothing fits: wait for resources
                 continue

@@ -40,7 +40,7 @@ from schemas.events import (
     TaskBinding,
 )
 from shared.core.cluster import BoolArray, Placement
-from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, Resize, run_cycle
+from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, Resize, Snapshot, run_cycle
 from shared.core.framework import Status
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
@@ -84,6 +84,9 @@ class Plan:
     rule that stopped it (Slurm's REASON column, Kubernetes' ``Unschedulable`` condition)."""
     reserved: dict[str, str] = field(default_factory=dict)
     """Of those, the ones holding a reservation: where, and when they should start."""
+    preempt_at: dict[str, float] = field(default_factory=dict)
+    """Of those, the ones whose queue's ``preempt-after`` has yet to come and that outrank some
+    running work: the moment (epoch seconds) they may preempt lower-priority work anywhere."""
 
     @property
     def events(self) -> list[NewEvent]:
@@ -245,4 +248,23 @@ def plan(
             start = max(0.0, held.expected_start - now)
             where = f"{len(held.nodes)} node(s) ({names}{more})"
             reserved[job] = f"Reserved: holds {where} as they free; starts in ~{start:.0f} s"
-    return Plan([units[o] for o in order], waiting, reserved)
+    return Plan([units[o] for o in order], waiting, reserved, preempt_due(snapshot, waiting, now))
+
+
+def preempt_due(snapshot: Snapshot, waiting: Collection[str], now: float) -> dict[str, float]:
+    """When each waiting job's queue's ``preempt-after`` lets it preempt lower-priority work
+    anywhere, for the jobs it has not yet and that outrank something running (the others never
+    may).  Nothing to do, and nothing spent, where no queue sets ``preempt-after``."""
+    tree = snapshot.queues
+    if tree is None or not snapshot.running or not any(a is not None for a in tree.preempt_after_s.values()):
+        return {}
+    lowest = min(r.job.priority for r in snapshot.running)
+    due: dict[str, float] = {}
+    for job in snapshot.pending:
+        after = tree.preempt_after_s.get(job.queue)
+        if after is None or job.priority <= lowest or job.id not in waiting:
+            continue
+        at = job.since + after
+        if at > now:
+            due[job.id] = at
+    return due

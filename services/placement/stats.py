@@ -6,6 +6,7 @@ one and forgotten in the other was the risk when each call site updated both."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,15 @@ def kind(status: Status) -> str:
     return status.plugin or "Unschedulable"
 
 
+def soon(seconds: float) -> str:
+    """A wait as an operator reads it: ``~40 s``, ``~12 min``, ``~23.5 h``."""
+    if seconds >= 3600:
+        return f"~{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds:.0f} s"
+
+
 def sentence(status: Status) -> str:
     """Why a job waits, as ``tessera status`` shows it: ``Kind: what``."""
     name = kind(status)
@@ -46,6 +56,7 @@ class PlacementStats:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     _waiting: Mapping[str, Status] = field(default_factory=dict)
     _reserved: Mapping[str, str] = field(default_factory=dict)
+    _preempt_at: Mapping[str, float] = field(default_factory=dict)
     _kinds_shown: set[str] = field(default_factory=set)
 
     def cycle(self, plan_s: float, pending: int) -> None:
@@ -56,11 +67,17 @@ class PlacementStats:
         metrics.PLACEMENT_CYCLE_SECONDS.observe(plan_s)
         metrics.PENDING_JOBS.set(pending)
 
-    def waiting(self, jobs: Mapping[str, Status], reserved: Mapping[str, str]) -> None:
+    def waiting(
+        self,
+        jobs: Mapping[str, Status],
+        reserved: Mapping[str, str],
+        preempt_at: Mapping[str, float] | None = None,
+    ) -> None:
         """What the last cycle left waiting (replacing what the one before left), each job with
-        its status; ``reserved``: the holders' sentences.  Kept as handed: a cycle may leave ten
-        thousand jobs, so the sentences and counts are made only when reported (once a second)."""
-        self._waiting, self._reserved = jobs, reserved
+        its status; ``reserved``: the holders' sentences; ``preempt_at``: when a job's queue's
+        preempt-after lets it preempt.  Kept as handed: a cycle may leave ten thousand jobs, so
+        the sentences and counts are made only when reported (once a second)."""
+        self._waiting, self._reserved, self._preempt_at = jobs, reserved, preempt_at or {}
 
     @property
     def waiting_count(self) -> int:
@@ -77,6 +94,10 @@ class PlacementStats:
                 said = sentences.get(id(status))
                 if said is None:
                     said = sentences[id(status)] = sentence(status)
+            at = self._preempt_at.get(job)
+            if at is not None:
+                left = soon(max(0.0, at - time.time()))
+                said += f"; may preempt lower-priority work in {left} (its queue's preempt-after)"
             why[job] = said
         kinds = Counter(kind(s) for s in self._waiting.values())
         if self._reserved:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from prometheus_client import REGISTRY
 
 from schemas import JobSpec
@@ -129,3 +130,51 @@ def test_describe_says_each_event_in_a_line_and_shows_an_unknown_one_as_its_fiel
     assert summary("JobAdmitted", {**admitted, "promoted_class": "high"}).endswith(
         ", class high (the queue's large-jobs rule)"
     )
+
+
+def test_a_job_waiting_for_its_queues_preempt_after_is_told_when_it_may_preempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from schemas.events import QueuesApplied
+    from schemas.queues import QueueTreeSpec
+
+    log = Log()
+    tree = {"queues": [{"name": "org", "preempt-after": "24h", "children": [{"name": "a"}, {"name": "b"}]}]}
+    log.add("queues", QueuesApplied(tree=QueueTreeSpec.model_validate(tree)))
+    for n in ("x", "y"):
+        gpus = [GpuDevice(index=i, model="T4") for i in range(2)]
+        log.add(
+            f"node-{n}", NodeRegistered(inventory=NodeInventory(name=n, cpu="8", memory="16Gi", gpus=gpus))
+        )
+        spec = JobSpec.model_validate(
+            {"id": f"run-{n}", "tenant": "t", "queue": "a", "resources": {"cpu": "1", "nvidia.com/gpu": 2}}
+        )
+        log.add(f"job-run-{n}", JobAdmitted(spec=spec))
+        binding = TaskBinding(task=0, node=n, gpus=[0, 1], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+        log.add(
+            f"job-run-{n}",
+            JobPlaced(job_id=f"run-{n}", bindings=[binding], policy="tessera", node_versions={}),
+        )
+        log.add(f"job-run-{n}", JobStarted(job_id=f"run-{n}", node=n))
+    for job, priority in (("high", 100), ("equal", 0)):
+        body = {
+            "id": job,
+            "tenant": "t",
+            "queue": "b",
+            "priority": priority,
+            "resources": {"nvidia.com/gpu": 2},
+        }
+        log.add(f"job-{job}", JobAdmitted(spec=JobSpec.model_validate(body)))
+    profile = build_profile("tessera", TypicalWorkload.from_tasks([TaskShape(1000, 1024, 2, 1000)]))
+    decided = plan(log.view, {"high", "equal"}, CycleConfig(profile), T0 + 100, np.random.default_rng(0))
+    assert set(decided.waiting) == {"high", "equal"}
+    assert not [e for e in decided.events if e.type == "PreemptionRequested"]
+    # Only the job that outranks running work is told, and when: a day after it was queued.
+    assert decided.preempt_at == {"high": T0 + 86400}
+    monkeypatch.setattr(time, "time", lambda: T0 + 3700)  # the report says how long from now
+    stats = PlacementStats()
+    stats.waiting(decided.waiting, decided.reserved, decided.preempt_at)
+    shown = stats.report()["waiting"]
+    assert isinstance(shown, dict)
+    assert shown["high"].endswith("; may preempt lower-priority work in ~23.0 h (its queue's preempt-after)")
+    assert "preempt" not in shown["equal"]
