@@ -28,16 +28,14 @@ from shared.core.task import TaskShape
 from tests.folded_log import T0, Log
 
 
-def _busy_cluster() -> Log:
-    """Two nodes of 2 GPUs, each held by a high-priority job that cannot be evicted."""
-    log = Log()
+def _two_full_nodes(log: Log, priority: int, queue: str = "default") -> None:
+    """Nodes a and b of 2 GPUs, each held by a job of ``priority`` in ``queue``."""
     for n in ("a", "b"):
         gpus = [GpuDevice(index=i, model="T4") for i in range(2)]
         inventory = NodeInventory(name=n, cpu="8", memory="16Gi", gpus=gpus)
         log.add(f"node-{n}", NodeRegistered(inventory=inventory))
-        spec = JobSpec.model_validate(
-            {"id": f"run-{n}", "tenant": "t", "priority": 100, "resources": {"cpu": "1", "nvidia.com/gpu": 2}}
-        )
+        body = {"id": f"run-{n}", "tenant": "t", "queue": queue, "priority": priority}
+        spec = JobSpec.model_validate({**body, "resources": {"cpu": "1", "nvidia.com/gpu": 2}})
         log.add(f"job-run-{n}", JobAdmitted(spec=spec))
         binding = TaskBinding(task=0, node=n, gpus=[0, 1], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
         log.add(
@@ -45,6 +43,12 @@ def _busy_cluster() -> Log:
             JobPlaced(job_id=f"run-{n}", bindings=[binding], policy="tessera", node_versions={}),
         )
         log.add(f"job-run-{n}", JobStarted(job_id=f"run-{n}", node=n))
+
+
+def _busy_cluster() -> Log:
+    """Two nodes of 2 GPUs, each held by a high-priority job that cannot be evicted."""
+    log = Log()
+    _two_full_nodes(log, 100)
     for job in ("first", "second"):
         spec = JobSpec.model_validate(
             {"id": job, "tenant": "t", "resources": {"cpu": "1", "nvidia.com/gpu": 2}}
@@ -141,21 +145,7 @@ def test_a_job_waiting_for_its_queues_preempt_after_is_told_when_it_may_preempt(
     log = Log()
     tree = {"queues": [{"name": "org", "preempt-after": "24h", "children": [{"name": "a"}, {"name": "b"}]}]}
     log.add("queues", QueuesApplied(tree=QueueTreeSpec.model_validate(tree)))
-    for n in ("x", "y"):
-        gpus = [GpuDevice(index=i, model="T4") for i in range(2)]
-        log.add(
-            f"node-{n}", NodeRegistered(inventory=NodeInventory(name=n, cpu="8", memory="16Gi", gpus=gpus))
-        )
-        spec = JobSpec.model_validate(
-            {"id": f"run-{n}", "tenant": "t", "queue": "a", "resources": {"cpu": "1", "nvidia.com/gpu": 2}}
-        )
-        log.add(f"job-run-{n}", JobAdmitted(spec=spec))
-        binding = TaskBinding(task=0, node=n, gpus=[0, 1], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
-        log.add(
-            f"job-run-{n}",
-            JobPlaced(job_id=f"run-{n}", bindings=[binding], policy="tessera", node_versions={}),
-        )
-        log.add(f"job-run-{n}", JobStarted(job_id=f"run-{n}", node=n))
+    _two_full_nodes(log, 0, queue="a")
     for job, priority in (("high", 100), ("equal", 0)):
         body = {
             "id": job,
