@@ -123,6 +123,12 @@ class Settings(BaseSettings):
     preempt_min_runtime_s: float = Field(
         600.0, ge=0, description="placement: a job that started less than this ago is not preempted"
     )
+    preempt_max_per_job: int = Field(
+        3,
+        ge=0,
+        description="placement: a job preempted (or moved) this many times is not evicted again, so no "
+        "job is bounced forever (0: no evictions; elastic jobs may still shrink)",
+    )
     preempt_restart_overhead_s: float = Field(
         60.0,
         ge=0,

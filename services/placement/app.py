@@ -190,6 +190,7 @@ class Worker:
                 grace_s=self.settings.preempt_grace_s,
                 min_runtime_s=self.settings.preempt_min_runtime_s,
                 restart_overhead_s=self.settings.preempt_restart_overhead_s,
+                max_preemptions=self.settings.preempt_max_per_job,
                 consolidate=self.settings.consolidate,
                 order=order_within(self.settings.order_within, self.settings.requeue_timestamp),
             )

@@ -103,3 +103,17 @@ def test_young_jobs_and_jobs_at_their_preemption_limit_stay() -> None:
 async def test_the_placement_workers_run_it_unless_the_setting_turns_it_off() -> None:
     for setting, expected in ((Settings(), True), (Settings(consolidate=False), False)):
         assert (await worker_config(setting)).consolidate is expected
+
+
+async def test_the_placement_workers_take_the_preemption_settings() -> None:
+    config = await worker_config(
+        Settings(
+            preempt_max_per_job=1, preempt_restart_overhead_s=5, preempt_min_runtime_s=7, preempt_grace_s=9
+        )
+    )
+    assert (config.max_preemptions, config.restart_overhead_s, config.min_runtime_s, config.grace_s) == (
+        1,
+        5.0,
+        7.0,
+        9.0,
+    )
