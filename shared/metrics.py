@@ -49,6 +49,17 @@ WAITING_JOBS = Gauge(
     "GpuFit, QueueMax, QueueDepth, Reserved, ...)",
     ["kind"],
 )
+QUEUE_GPUS = Gauge(
+    "tessera_queue_gpus",
+    "Per queue (a parent counts its subtree), GPUs by kind: guarantee, max (+Inf: none), deserved "
+    "(its fair share now), used, borrowed (used beyond the guarantee); as `tessera queue show`",
+    ["queue", "kind"],
+)
+QUEUE_JOBS = Gauge(
+    "tessera_queue_jobs",
+    "Per queue (a parent counts its subtree), jobs pending and running",
+    ["queue", "state"],
+)
 PREEMPTION_EVENTS = Counter(
     "tessera_preemption_events_total",
     "Events the preemption service appended, by type (EvictionStarted, JobPreempted, NodeNotReady, ...)",

@@ -56,10 +56,13 @@ from shared.state.follow import (
     restore,
     same_log,
 )
+from shared.state.queue_usage import queue_usage
 from shared.state.readiness import mark_ready
 from shared.state.snapshot import SnapshotBuilder
 
 log = logging.getLogger("tessera.placement")
+QUEUE_METRICS_EVERY = 15
+"""Stats rounds (seconds) between two updates of the per-queue gauges (``tessera_queue_*``)."""
 RELEARNING_FEED = "relearning"  # the view's change feed of jobs whose shapes ``Relearning`` checks
 
 
@@ -398,9 +401,14 @@ class Worker:
             )
 
     async def _write_stats(self, stop: asyncio.Event) -> None:
+        rounds = 0
         while not stop.is_set():
             await asyncio.sleep(1.0)
             self._dump_stats()
+            if rounds % QUEUE_METRICS_EVERY == 0:
+                # Every few seconds, not each: it reads every pending and active job.
+                self.stats.queues(queue_usage(self.view))
+            rounds += 1
 
     def _dump_stats(self, final: bool = False) -> None:
         folder = self.settings.stats_dir

@@ -17,6 +17,7 @@ import numpy as np
 from shared import metrics
 from shared.core.framework import Status
 from shared.eventstore.port import NewEvent
+from shared.state.queue_usage import QueueUsage
 
 STAGES = ("plan", "append", "catch_up")
 """Where a cycle's time goes: planning (``run_cycle``), appending its events, catching up after."""
@@ -58,6 +59,7 @@ class PlacementStats:
     _reserved: Mapping[str, str] = field(default_factory=dict)
     _preempt_at: Mapping[str, float] = field(default_factory=dict)
     _kinds_shown: set[str] = field(default_factory=set)
+    _queues_shown: set[str] = field(default_factory=set)
 
     def cycle(self, plan_s: float, pending: int) -> None:
         """A cycle was planned in ``plan_s``; ``pending`` jobs wait in the worker's view."""
@@ -111,6 +113,30 @@ class PlacementStats:
             metrics.WAITING_JOBS.labels(k).set(n)
         self._kinds_shown = set(counts)
         return why, counts
+
+    def queues(self, usage: Iterable[QueueUsage]) -> None:
+        """Each queue's GPUs and jobs as Prometheus gauges (Kueue's and Volcano's queue metrics);
+        the series of a queue no longer in the tree are removed."""
+        shown = set()
+        for q in usage:
+            shown.add(q.name)
+            kinds = {
+                "guarantee": q.guarantee_gpu,
+                "max": q.max_gpu,
+                "deserved": q.deserved_gpu,
+                "used": q.used_gpu,
+                "borrowed": q.borrowed_gpu,
+            }
+            for kind_, value in kinds.items():
+                metrics.QUEUE_GPUS.labels(q.name, kind_).set(value)
+            metrics.QUEUE_JOBS.labels(q.name, "pending").set(q.pending)
+            metrics.QUEUE_JOBS.labels(q.name, "running").set(q.running)
+        for gone in self._queues_shown - shown:
+            for kind_ in ("guarantee", "max", "deserved", "used", "borrowed"):
+                metrics.QUEUE_GPUS.remove(gone, kind_)
+            for state in ("pending", "running"):
+                metrics.QUEUE_JOBS.remove(gone, state)
+        self._queues_shown = shown
 
     def conflict(self) -> None:
         """An append lost a race with another writer (its chunk is planned again)."""

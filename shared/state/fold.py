@@ -14,6 +14,7 @@ import dataclasses
 import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from schemas.events import (
@@ -88,8 +89,9 @@ class JobRecord:
     def state(self) -> JobState:
         return self.status.phase.value
 
-    @property
+    @cached_property
     def shape(self) -> TaskShape:
+        """One replica in core units (worked out once: the spec never changes)."""
         return task_shape(self.spec)
 
     @property

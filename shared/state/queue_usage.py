@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.core.queues import ROOT, LargeJobRule, QueueTree, demand_of, open_tree, vector
+from shared.core.queues import ROOT, LargeJobRule, QueueTree, open_tree, vector
+from shared.core.task import TaskShape
 from shared.state.fold import ClusterView
 from shared.state.wire import queue_tree
 
@@ -35,28 +36,37 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
         if view.queues is not None
         else open_tree(sorted({r.spec.queue for r in view.jobs.values()}) or ["default"])
     )
-    held: dict[str, object] = {}
-    demand: dict[str, object] = {}
+    # Sums in plain floats over the pending and active jobs only (the view indexes them): a
+    # worker exports these every few seconds, and a vector per job cost tens of ms per 10,000.
+    held: dict[str, list[float]] = {}
+    demand: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
-    for r in view.jobs.values():
+
+    def add(into: dict[str, list[float]], queue: str, shape: TaskShape, n: int) -> None:
+        v = into.setdefault(queue, [0.0, 0.0, 0.0])
+        v[0] += shape.total_gpu_milli * n
+        v[1] += shape.cpu_milli * n
+        v[2] += shape.memory_mib * n
+
+    for job_id in view.pending_ids():
+        r = view.jobs[job_id]
         q = r.spec.queue
-        c = counts.setdefault(q, [0, 0])
-        if r.state == "pending":
-            c[0] += 1
-            demand[q] = demand.get(q, vector()) + demand_of(r.shape, r.spec.min_replicas)  # type: ignore[operator]
-        elif r.status.active:
-            c[1] += 1
-            use = demand_of(r.shape, len(r.bindings))
-            held[q] = held.get(q, vector()) + use  # type: ignore[operator]
-            demand[q] = demand.get(q, vector()) + use  # type: ignore[operator]
+        counts.setdefault(q, [0, 0])[0] += 1
+        add(demand, q, r.shape, r.spec.min_replicas)
+    for job_id in view.active_ids():
+        r = view.jobs[job_id]
+        q, shape, n = r.spec.queue, r.shape, len(r.bindings)
+        counts.setdefault(q, [0, 0])[1] += 1
+        add(held, q, shape, n)
+        add(demand, q, shape, n)
     cluster = view.cluster
     capacity = vector(
         cluster.total_gpu_milli if cluster else 0,
         float(cluster.cpu_cap.sum()) if cluster else 0.0,
         float(cluster.mem_cap.sum()) if cluster else 0.0,
     )
-    deserved = tree.deserved(capacity, demand)  # type: ignore[arg-type]
-    used = tree.subtree_totals(held)  # type: ignore[arg-type]
+    deserved = tree.deserved(capacity, {q: vector(*v) for q, v in demand.items()})
+    used = tree.subtree_totals({q: vector(*v) for q, v in held.items()})
     order: list[str] = []
     stack = list(reversed(tree.children.get(ROOT, [])))
     while stack:
