@@ -25,6 +25,9 @@ WAITING_SHOWN = 1000
 """The jobs whose reason the JSON file lists, at most (the first in the cycle's order, those
 next in line); the counts by kind cover all of them."""
 RESERVED = "Reserved"
+QUEUE_GPU_KINDS = ("guarantee", "max", "deserved", "used", "borrowed")
+"""The ``kind`` label of ``tessera_queue_gpus``, in the order of ``QueueUsage.gpus``."""
+QUEUE_JOB_STATES = ("pending", "running")
 
 
 def kind(status: Status) -> str:
@@ -120,21 +123,14 @@ class PlacementStats:
         shown = set()
         for q in usage:
             shown.add(q.name)
-            kinds = {
-                "guarantee": q.guarantee_gpu,
-                "max": q.max_gpu,
-                "deserved": q.deserved_gpu,
-                "used": q.used_gpu,
-                "borrowed": q.borrowed_gpu,
-            }
-            for kind_, value in kinds.items():
+            for kind_, value in zip(QUEUE_GPU_KINDS, q.gpus, strict=True):
                 metrics.QUEUE_GPUS.labels(q.name, kind_).set(value)
-            metrics.QUEUE_JOBS.labels(q.name, "pending").set(q.pending)
-            metrics.QUEUE_JOBS.labels(q.name, "running").set(q.running)
+            for state, count in zip(QUEUE_JOB_STATES, (q.pending, q.running), strict=True):
+                metrics.QUEUE_JOBS.labels(q.name, state).set(count)
         for gone in self._queues_shown - shown:
-            for kind_ in ("guarantee", "max", "deserved", "used", "borrowed"):
+            for kind_ in QUEUE_GPU_KINDS:
                 metrics.QUEUE_GPUS.remove(gone, kind_)
-            for state in ("pending", "running"):
+            for state in QUEUE_JOB_STATES:
                 metrics.QUEUE_JOBS.remove(gone, state)
         self._queues_shown = shown
 

@@ -28,6 +28,11 @@ class QueueUsage:
     def borrowed_gpu(self) -> float:
         return max(0.0, self.used_gpu - self.guarantee_gpu)
 
+    @property
+    def gpus(self) -> tuple[float, float, float, float, float]:
+        """Guarantee, max, deserved, used, borrowed."""
+        return (self.guarantee_gpu, self.max_gpu, self.deserved_gpu, self.used_gpu, self.borrowed_gpu)
+
 
 def queue_usage(view: ClusterView) -> list[QueueUsage]:
     """Per queue (leaves and parents, parents first), in GPUs."""
