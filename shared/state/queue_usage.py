@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from shared.core.queues import ROOT, LargeJobRule, QueueTree, open_tree, vector
+from shared.core.queues import ROOT, FloatArray, LargeJobRule, QueueTree, demand_of, open_tree, vector
 from shared.core.task import TaskShape
 from shared.state.fold import ClusterView
 from shared.state.wire import queue_tree
@@ -41,37 +42,34 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
         if view.queues is not None
         else open_tree(sorted({r.spec.queue for r in view.jobs.values()}) or ["default"])
     )
-    # Sums in plain floats over the pending and active jobs only (the view indexes them): a
-    # worker exports these every few seconds, and a vector per job cost tens of ms per 10,000.
-    held: dict[str, list[float]] = {}
-    demand: dict[str, list[float]] = {}
+    # Replicas counted per queue and task shape over the pending and active jobs only (the
+    # view indexes them), then one vector per pair: a worker exports these every few seconds,
+    # and a vector per job cost tens of ms per 10,000 jobs.
+    waiting: Counter[tuple[str, TaskShape]] = Counter()
+    running: Counter[tuple[str, TaskShape]] = Counter()
     counts: dict[str, list[int]] = {}
-
-    def add(into: dict[str, list[float]], queue: str, shape: TaskShape, n: int) -> None:
-        v = into.setdefault(queue, [0.0, 0.0, 0.0])
-        v[0] += shape.total_gpu_milli * n
-        v[1] += shape.cpu_milli * n
-        v[2] += shape.memory_mib * n
-
     for job_id in view.pending_ids():
         r = view.jobs[job_id]
-        q = r.spec.queue
-        counts.setdefault(q, [0, 0])[0] += 1
-        add(demand, q, r.shape, r.spec.min_replicas)
+        counts.setdefault(r.spec.queue, [0, 0])[0] += 1
+        waiting[r.spec.queue, r.shape] += r.spec.min_replicas
     for job_id in view.active_ids():
         r = view.jobs[job_id]
-        q, shape, n = r.spec.queue, r.shape, len(r.bindings)
-        counts.setdefault(q, [0, 0])[1] += 1
-        add(held, q, shape, n)
-        add(demand, q, shape, n)
+        counts.setdefault(r.spec.queue, [0, 0])[1] += 1
+        running[r.spec.queue, r.shape] += len(r.bindings)
+    held: dict[str, FloatArray] = {}
+    demand: dict[str, FloatArray] = {}
+    for (q, shape), n in running.items():
+        held[q] = held.get(q, vector()) + demand_of(shape, n)
+    for (q, shape), n in (waiting + running).items():
+        demand[q] = demand.get(q, vector()) + demand_of(shape, n)
     cluster = view.cluster
     capacity = vector(
         cluster.total_gpu_milli if cluster else 0,
         float(cluster.cpu_cap.sum()) if cluster else 0.0,
         float(cluster.mem_cap.sum()) if cluster else 0.0,
     )
-    deserved = tree.deserved(capacity, {q: vector(*v) for q, v in demand.items()})
-    used = tree.subtree_totals({q: vector(*v) for q, v in held.items()})
+    deserved = tree.deserved(capacity, demand)
+    used = tree.subtree_totals(held)
     order: list[str] = []
     stack = list(reversed(tree.children.get(ROOT, [])))
     while stack:
