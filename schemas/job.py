@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.quantities import CpuMilli, GpuShareMilli, MemoryMiB, Percent
-from shared.core.priority import PRIORITY_CLASSES
+from shared.core.priority import PRIORITY_CLASSES, unknown_class
 
 JobId = Annotated[
     str,
@@ -205,12 +205,10 @@ class JobSpec(_Model):
         if self.gpu_type and self.resources.num_gpu == 0 and not self.resources.mig:
             raise ValueError("gpu-type selects GPU models, but the job requests no GPU")
         if self.priority_class is not None:
-            value = PRIORITY_CLASSES.get(self.priority_class)
-            if value is None:
-                raise ValueError(
-                    f"priority-class {self.priority_class!r} is unknown; "
-                    f"classes: {', '.join(PRIORITY_CLASSES)}"
-                )
+            unknown = unknown_class(self.priority_class)
+            if unknown is not None:
+                raise ValueError(unknown)
+            value = PRIORITY_CLASSES[self.priority_class]
             if "priority" in self.model_fields_set and self.priority != value:
                 raise ValueError(
                     f"priority {self.priority} contradicts priority-class {self.priority_class!r} ({value}); "

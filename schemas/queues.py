@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.job import Name
 from schemas.quantities import cpu_milli, memory_mib, parse_quantity
-from shared.core.priority import PRIORITY_CLASSES
+from shared.core.priority import unknown_class
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
@@ -115,8 +115,9 @@ class LargeJobs(BaseModel):
     @field_validator("priority_class")
     @classmethod
     def _known(cls, value: str) -> str:
-        if value not in PRIORITY_CLASSES:
-            raise ValueError(f"priority-class {value!r} is unknown; classes: {', '.join(PRIORITY_CLASSES)}")
+        unknown = unknown_class(value)
+        if unknown is not None:
+            raise ValueError(unknown)
         return value
 
 

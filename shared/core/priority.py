@@ -23,6 +23,14 @@ QOS_CLASSES: dict[str, str] = {
 }
 
 
+def unknown_class(name: str) -> str | None:
+    """Why ``name`` is no priority class, naming the field and the classes there are (None: it
+    is one): the one message a job spec and a queue's ``large-jobs`` give."""
+    if name in PRIORITY_CLASSES:
+        return None
+    return f"priority-class {name!r} is unknown; classes: {', '.join(PRIORITY_CLASSES)}"
+
+
 def class_value(name: str) -> int:
     """The value of a named class; ``KeyError`` names the classes there are."""
     try:
