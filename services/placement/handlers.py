@@ -261,10 +261,7 @@ def preempt_due(snapshot: Snapshot, waiting: Collection[str], now: float) -> dic
     lowest = min(r.job.priority for r in snapshot.running)
     due: dict[str, float] = {}
     for job in snapshot.pending:
-        after = tree.preempt_after_s.get(job.queue)
-        if after is None or job.priority <= lowest or job.id not in waiting:
-            continue
-        at = job.since + after
-        if at > now:
-            due[job.id] = at
+        at = tree.preempt_at(job.queue, job.since)
+        if at is not None and at > now and job.priority > lowest and job.id in waiting:
+            due[job.id] = at  # the very moment the core's preemption stage compares with
     return due

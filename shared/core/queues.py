@@ -171,6 +171,14 @@ class QueueTree:
             for q in self.specs
         }
 
+    def preempt_at(self, queue: str, since: float) -> float | None:
+        """When a job of ``queue`` waiting since ``since`` may preempt lower-priority work
+        anywhere (its queue's ``preempt-after``); None: never.  One sum, compared as ``now >=
+        at`` by every reader: ``now - since >= after`` can be false by a rounding at the very
+        moment ``since + after`` that a cycle was woken for."""
+        after = self.preempt_after_s.get(queue)
+        return None if after is None else since + after
+
     @cached_property
     def large_jobs(self) -> dict[str, LargeJobRule | None]:
         """Per queue, the large-job rule its jobs follow: its own, else the nearest ancestor's

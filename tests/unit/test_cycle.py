@@ -349,6 +349,24 @@ def test_past_its_queues_preempt_after_a_job_may_evict_lower_priority_work_of_an
     ]
 
 
+def test_a_job_may_preempt_at_the_very_moment_its_queue_woke_a_cycle_for() -> None:
+    """The cycle asks to be woken at ``since + after``; at that ``now`` the rule applies, even
+    where ``now - since`` rounds to just below ``after`` (as it does for this ``since``)."""
+    since, after = 2057308.3292827795, 86400.0
+    assert (since + after) - since < after  # the rounding this test is about
+    c = cluster(node("a", gpus=2))
+    tree = QueueTree([QueueSpec("mine", preempt_after_s=after), QueueSpec("theirs", preempt_after_s=after)])
+    hold = [
+        running(c, job("own", queue="mine", checkpointable=True), [(0, (0,))]),
+        running(c, job("other", queue="theirs", checkpointable=True), [(0, (1,))]),
+    ]
+    big = job("big", gpus=2, queue="mine", priority=100, submitted=since)
+    before = cycle(Snapshot(c, [big], hold, queues=tree), now=since + after - 10.0)
+    assert before.wake_at == since + after
+    woken = cycle(Snapshot(c, [big], hold, queues=tree), now=before.wake_at)
+    assert sorted(p.victim for p in woken.of(Preempt)) == ["other", "own"]
+
+
 def test_an_elastic_job_shrinks_instead_of_a_job_being_preempted() -> None:
     c = cluster(node("a", gpus=4))
     elastic = job("el", replicas=3, min_replicas=1, priority=-100)

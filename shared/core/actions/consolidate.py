@@ -62,7 +62,7 @@ def _movable(ctx: CycleContext, r: Running, job: Job) -> bool:
         and j.id != job.id
         and j.id not in ctx.evicting
         and j.preemptions < cfg.max_preemptions
-        and r.started <= ctx.now - cfg.min_runtime_s
+        and r.started + cfg.min_runtime_s <= ctx.now
         and j.gpus <= cfg.consolidate_share * job.gpus
     )
 

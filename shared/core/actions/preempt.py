@@ -274,8 +274,8 @@ def run(ctx: CycleContext) -> None:
         key = (job.queue, job.priority, job.shape)
         if key in failed and job.fewest >= failed[key]:
             continue
-        after = ctx.queues.preempt_after_s.get(job.queue)
-        starving = after is not None and ctx.now - job.since >= after
+        at = ctx.queues.preempt_at(job.queue, job.since)
+        starving = at is not None and ctx.now >= at
         gate = (job.queue, job.priority, job.shape, job.fewest, starving)
         allowed = may.get(gate)
         if allowed is None or ctx.config.order.preemptive:
@@ -297,11 +297,11 @@ def _may_preempt(ctx: CycleContext, job: Job, floor: dict[str, int]) -> bool:
     if cfg.preempt:
         if job.priority > floor.get(job.queue, job.priority):
             return True
-        after = ctx.queues.preempt_after_s.get(job.queue)
-        if after is not None and job.priority > floor.get("", job.priority):
-            if ctx.now - job.since >= after:
+        at = ctx.queues.preempt_at(job.queue, job.since)
+        if at is not None and job.priority > floor.get("", job.priority):
+            if ctx.now >= at:
                 return True
-            ctx.wake(job.since + after)
+            ctx.wake(at)
     if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
         return any(q != job.queue and ctx.borrowed(q)[0] + ctx.borrowed(q)[1] > 0 for q in ctx.usage)
     return False
@@ -319,7 +319,7 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     cfg, now, idx = ctx.config, ctx.now, victim_index(ctx)
     n = len(idx.running)
     base = np.ones(n, dtype=np.bool_)
-    old = idx.job_started <= now - cfg.min_runtime_s
+    old = idx.job_started + cfg.min_runtime_s <= now  # the sum it wakes at (queues.preempt_at)
     young = ~old
     if young.any():
         ctx.wake(float(idx.job_started[young].min()) + cfg.min_runtime_s)
@@ -348,13 +348,13 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
         same = own_q[idx.job_queue] if idx.queue_names else np.zeros(n, dtype=np.bool_)
         ok |= lower & same
         reasons.append("priority")
-        after = ctx.queues.preempt_after_s.get(job.queue)
-        if after is not None:
-            if now - job.since >= after:
+        at = ctx.queues.preempt_at(job.queue, job.since)
+        if at is not None:
+            if now >= at:
                 ok |= lower
                 reasons.append("starvation")
             else:
-                ctx.wake(job.since + after)
+                ctx.wake(at)
     if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
         # A victim of another queue is on borrowed room if its queue stays at or above its
         # guarantee without it, in every dimension the reclaimer needs.
@@ -490,7 +490,7 @@ def _candidate_units(
         if idx.job_elastic_room[k] > 0:
             here.setdefault(k, set()).add(int(idx.task[row]))
             gone = sum(1 for key in chosen if key.startswith(f"{r.job.id}#"))
-            young = idx.job_started[k] > ctx.now - ctx.config.min_runtime_s
+            young = idx.job_started[k] + ctx.config.min_runtime_s > ctx.now
             if r.job.preemptions >= ctx.config.max_preemptions or gone or young:
                 continue  # shrinks only
         if r.job.id not in units:
