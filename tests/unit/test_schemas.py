@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from schemas import JobSpec, SubmitJob
 from schemas.commands import CommandAdapter
-from schemas.events import EventAdapter, JobPlaced, JobRejected, TaskBinding
+from schemas.events import EventAdapter, JobAdmitted, JobPlaced, JobRejected, TaskBinding
 from schemas.export import MODELS, write_schemas
 from schemas.queues import QueueTreeSpec, duration_s, duration_text
 from shared.state.fold import ClusterView
@@ -107,6 +107,14 @@ def test_events_round_trip_through_the_discriminated_union() -> None:
 def test_events_are_frozen_and_forbid_unknown_fields() -> None:
     with pytest.raises(ValidationError):
         JobRejected.model_validate({"job_id": "j", "code": "invalid", "reason": "r", "extra": 1})
+
+
+def test_an_admission_raising_a_job_to_an_unknown_class_is_refused_by_name() -> None:
+    spec = JobSpec.model_validate(yaml.safe_load(JOB_YAML))
+    raised = JobAdmitted(spec=spec, promoted_class="high")
+    assert EventAdapter.validate_json(raised.model_dump_json()) == raised
+    with pytest.raises(ValidationError, match="priority-class 'urgent' is unknown"):
+        EventAdapter.validate_json(raised.model_dump_json().replace('"high"', '"urgent"'))
 
 
 def test_schema_export_writes_one_valid_json_schema_per_model(tmp_path: Path) -> None:
