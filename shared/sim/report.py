@@ -8,6 +8,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,17 @@ from shared.sim.wait_causes import CAUSES
 from shared.sim.workload import Workload
 
 SUMMARY_POINTS = (90, 95, 100, 130)
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend, imported when a figure is drawn: the
+    simulator itself never needs it, and it costs a second to import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def by_policy(results: Sequence[FillResult]) -> dict[str, list[FillResult]]:
@@ -65,10 +77,7 @@ def write_fill(
 
 
 def plot_fill(results: Sequence[FillResult], path: Path, series: str, ylabel: str, trace: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for policy, runs in by_policy(results).items():
@@ -182,10 +191,7 @@ def plot_queue_shares(summary: Mapping[str, object], path: Path) -> bool:
     queues = sorted({q for by_queue in shares.values() for q, v in by_queue.items() if v is not None})
     if len(queues) < 2:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8.0, 0.9 * len(queues)), 6), dpi=120, sharex=True)
     width = 0.8 / len(shares)
@@ -225,10 +231,7 @@ def plot_wait_causes(summary: Mapping[str, object], path: Path) -> bool:
     split = {p: by_cause for p, by_cause in split.items() if any(v for v in by_cause.values())}
     if not split:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(split) + 1.8), dpi=120)
     names = list(split)
@@ -276,10 +279,7 @@ def _first_seed(records: Sequence[dict[str, object]]) -> list[dict[str, object]]
 
 
 def _plot_timeline(records: Sequence[dict[str, object]], path: Path, trace: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), dpi=120, sharex=True)
     for rec in _first_seed(records):
@@ -301,10 +301,7 @@ def _plot_timeline(records: Sequence[dict[str, object]], path: Path, trace: str)
 
 def _plot_waits(records: Sequence[dict[str, object]], path: Path, trace: str) -> None:
     """CDF of queueing delay per size class, one line per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, axes = plt.subplots(1, len(SIZE_CLASSES), figsize=(12, 3.6), dpi=120, sharey=True)
     for ax, c in zip(axes, SIZE_CLASSES, strict=True):
