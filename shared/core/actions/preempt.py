@@ -319,7 +319,7 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     cfg, now, idx = ctx.config, ctx.now, victim_index(ctx)
     n = len(idx.running)
     base = np.ones(n, dtype=np.bool_)
-    old = idx.job_started + cfg.min_runtime_s <= now  # the sum it wakes at (queues.preempt_at)
+    old = idx.job_started + cfg.min_runtime_s <= now  # the very sum it wakes at (docs/design.md, intents)
     young = ~old
     if young.any():
         ctx.wake(float(idx.job_started[young].min()) + cfg.min_runtime_s)

@@ -206,7 +206,7 @@ def consider(ctx: CycleContext, job: Job) -> None:
             return
     since = job.since
     small = job.shape.total_gpu_milli * job.replicas < 1000 * cfg.reserve_min_gpus
-    if small and ctx.now < since + cfg.reserve_after_s:  # the sum it wakes at (queues.preempt_at)
+    if small and ctx.now < since + cfg.reserve_after_s:  # the very sum it wakes at (docs/design.md, intents)
         if mine:
             ctx.wake(since + cfg.reserve_after_s)
         return
