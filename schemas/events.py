@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from schemas.job import JobId, JobSpec
+from schemas.job import JobId, JobSpec, PriorityClassName
 from schemas.node import NodeInventory
 from schemas.queues import QueueTreeSpec
-from shared.core.priority import unknown_class
 
 
 class _Event(BaseModel):
@@ -34,19 +33,12 @@ class CommandRejected(_Event):
 class JobAdmitted(_Event):
     type: Literal["JobAdmitted"] = "JobAdmitted"
     spec: JobSpec  # as submitted (a redelivered submission compares equal to it)
-    promoted_class: str | None = Field(
+    # A known class, checked where the event is read: a fold never meets one it cannot value.
+    promoted_class: PriorityClassName | None = Field(
         None,
         description="the priority class the job runs at by its queue's large-jobs rule, where that "
         "is above what its spec asks for; None: its spec's own",
     )
-
-    @field_validator("promoted_class")
-    @classmethod
-    def _known_class(cls, name: str | None) -> str | None:
-        # Checked where the event is read, so a fold never meets a class it cannot value.
-        if name is not None and (unknown := unknown_class(name)) is not None:
-            raise ValueError(unknown)
-        return name
 
 
 class JobRejected(_Event):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.quantities import CpuMilli, GpuShareMilli, MemoryMiB, Percent
 from shared.core.priority import PRIORITY_CLASSES, unknown_class
@@ -27,6 +27,18 @@ JobId = Annotated[
     Field(pattern=r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$", description="job id: lowercase, digits, . _ -"),
 ]
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")]
+
+
+def known_class(name: str) -> str:
+    """``name`` if it is a priority class; else ``ValueError`` naming it and the classes there are
+    (the one check a job spec, a queue's ``large-jobs`` and an admission's raise all make)."""
+    unknown = unknown_class(name)
+    if unknown is not None:
+        raise ValueError(unknown)
+    return name
+
+
+PriorityClassName = Annotated[str, AfterValidator(known_class)]
 _MIG = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb)$")
 
 WorkloadKind = Literal["training", "fine-tuning", "inference", "preprocessing"]
@@ -205,10 +217,7 @@ class JobSpec(_Model):
         if self.gpu_type and self.resources.num_gpu == 0 and not self.resources.mig:
             raise ValueError("gpu-type selects GPU models, but the job requests no GPU")
         if self.priority_class is not None:
-            unknown = unknown_class(self.priority_class)
-            if unknown is not None:
-                raise ValueError(unknown)
-            value = PRIORITY_CLASSES[self.priority_class]
+            value = PRIORITY_CLASSES[known_class(self.priority_class)]
             if "priority" in self.model_fields_set and self.priority != value:
                 raise ValueError(
                     f"priority {self.priority} contradicts priority-class {self.priority_class!r} ({value}); "

@@ -30,9 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.job import Name
+from schemas.job import Name, PriorityClassName
 from schemas.quantities import cpu_milli, memory_mib, parse_quantity
-from shared.core.priority import unknown_class
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
@@ -110,15 +109,9 @@ class LargeJobs(BaseModel):
         gt=0,
         description="GPUs a job needs to start (its fewest replicas) from which it applies",
     )
-    priority_class: str = Field(alias="priority-class", description="critical, high, normal or best-effort")
-
-    @field_validator("priority_class")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        unknown = unknown_class(value)
-        if unknown is not None:
-            raise ValueError(unknown)
-        return value
+    priority_class: PriorityClassName = Field(
+        alias="priority-class", description="critical, high, normal or best-effort"
+    )
 
 
 class QueueConfig(BaseModel):
