@@ -141,6 +141,12 @@ class Settings(BaseSettings):
         "when that gives the blocked job holding the reservation the whole nodes it needs; false: only "
         "evictions by priority, reclaim and starvation move work",
     )
+    spare_scarce_homes: bool = Field(
+        True,
+        description="placement: a task keeps off the only nodes a more constrained waiting job can run on "
+        "(one pinned to a GPU model few nodes have, or asking more cores than most nodes have) while it fits "
+        "elsewhere, so those nodes drain for that job; false: every feasible node is scored alike",
+    )
     requeue_timestamp: RequeueAt = Field(
         "eviction",
         description="placement: where an evicted job queues again in its queue's order (Kueue's "

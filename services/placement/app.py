@@ -195,6 +195,7 @@ class Worker:
                 restart_overhead_s=self.settings.preempt_restart_overhead_s,
                 max_preemptions=self.settings.preempt_max_per_job,
                 consolidate=self.settings.consolidate,
+                spare_scarce_homes=self.settings.spare_scarce_homes,
                 order=order_within(self.settings.order_within, self.settings.requeue_timestamp),
             )
         return self._config

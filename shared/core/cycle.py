@@ -159,6 +159,10 @@ class CycleConfig:
     higher priority (``actions/reserve.py``, ``outranked``); off, it is held until its job starts
     or times out, as plain EASY over a FIFO order does."""
     backfill: bool = True
+    spare_scarce_homes: bool = True
+    """A task keeps off the only nodes a more constrained waiting job can run on (fewer nodes
+    hold one of its tasks: a GPU model few nodes have, more cores than most have) while it fits
+    elsewhere (``shared/core/homes.py``).  Off for the baselines and the fill protocol."""
     preempt: bool = True
     reclaim: bool = True
     consolidate: bool = True

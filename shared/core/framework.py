@@ -161,11 +161,13 @@ def decide(
     profile: Profile,
     rng: np.random.Generator,
     allowed: BoolArray | None = None,
+    spared: BoolArray | None = None,
 ) -> Decision:
     """Filter, score and choose one node (and GPU slots) for ``task``.  Does not change ``cluster``.
 
     ``allowed`` optionally restricts the candidates further (a placement worker's own share of
     the nodes); no allowed node fitting is reported as ``Unschedulable`` by ``"Allowed"``.
+    ``spared`` nodes are chosen only when no other candidate fits (``shared/core/homes.py``).
     """
     mask, status = profile.feasible(cluster, task)
     if not status.ok:
@@ -174,6 +176,10 @@ def decide(
         mask = mask & allowed
         if not mask.any():
             return Decision(Status(Code.UNSCHEDULABLE, "Allowed", "no allowed node fits"))
+    if spared is not None:
+        elsewhere = mask & ~spared
+        if elsewhere.any():
+            mask = elsewhere
     feasible = np.flatnonzero(mask).astype(np.int64)
     scores = profile.scorer.score(cluster, task, feasible, rng)
     pos = int(np.argmax(scores.values))  # first maximum: ties go to the lowest node index

@@ -50,3 +50,6 @@ class CycleMemo:
     queue, as of the snapshot it names; followed through each ``PendingDelta`` (orders whose key
     depends on the job alone), so a cycle sorts only the jobs that arrived, not the thousands
     that wait."""
+    homes: object | None = None
+    """``homes.HomeIndex``: each shape's homes (the nodes whose capacity holds one of its tasks),
+    kept while the cluster's nodes are the very same objects."""

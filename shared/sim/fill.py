@@ -92,7 +92,15 @@ def discretise(arrived_pct: FloatArray, values: FloatArray) -> FloatArray:
 def fill_config(profile: Profile) -> CycleConfig:
     """The cycle as the fill protocol runs it: pods never leave and each is tried once, so the
     allocate stage alone decides (the scripts that replay the protocol use it too)."""
-    return CycleConfig(profile, fair_share=False, reserve=False, preempt=False, reclaim=False, elastic=False)
+    return CycleConfig(
+        profile,
+        fair_share=False,
+        reserve=False,
+        preempt=False,
+        reclaim=False,
+        elastic=False,
+        spare_scarce_homes=False,
+    )
 
 
 def run_fill(

@@ -50,6 +50,7 @@ _OFF = {
     "elastic": False,
     "consolidate": False,
     "reservations_yield": False,
+    "spare_scarce_homes": False,
 }
 
 POLICIES: dict[str, Callable[[Profile], CycleConfig]] = {

@@ -20,9 +20,11 @@ from shared.core.cycle import (
     Snapshot,
 )
 from shared.core.framework import Code, Status
+from shared.core.homes import HomeIndex, HomeLadder, home_index
 from shared.core.jobs import Job, Reservation, Running
 from shared.core.queues import QueueTree, demand_of, dominant_share
 from shared.core.statement import Statement
+from shared.core.task import TaskShape
 
 ReleaseRow = tuple[float, int, int, tuple[tuple[int, int], ...]]
 """A task's leaving: (when it is expected, milli-CPU, MiB, (GPU slot, milli) pairs it frees)."""
@@ -90,6 +92,7 @@ class CycleContext:
         self._reservation_ids: list[str] = []
         self._rebuild_reserved()
         self._all_schedulable = bool(self.cluster.schedulable.all())
+        self._homes: tuple[HomeIndex, HomeLadder] | None = None
 
     # -- queue bookkeeping -------------------------------------------------------------------
     def queue_of(self, job: Job) -> str:
@@ -197,6 +200,24 @@ class CycleContext:
         if not self._all_schedulable:
             mask = mask & self.cluster.schedulable  # cordoned and NotReady nodes take nothing new
         return mask
+
+    def spared(self, shape: TaskShape) -> BoolArray | None:
+        """The nodes a task of ``shape`` keeps off while it fits elsewhere: the homes of waiting
+        jobs more constrained than it (``shared/core/homes.py``); None when there are none."""
+        if not self.config.spare_scarce_homes:
+            return None
+        if self._homes is None:
+            memo = self.snapshot.memo
+            kept = memo.homes if memo is not None and isinstance(memo.homes, HomeIndex) else None
+            index = home_index(self.cluster, kept)
+            if memo is not None:
+                memo.homes = index
+            # Equal shapes are often one object (the simulator's): dedupe by identity first.
+            waiting = {(id(j.shape), j.fewest): j for j in self.snapshot.pending}
+            needs = [(j.shape, j.fewest) for j in waiting.values()]
+            self._homes = (index, HomeLadder.of(index, self.cluster, needs))
+        index, ladder = self._homes
+        return ladder.spared_from(index, self.cluster, shape)
 
     def restriction(self, job: Job) -> BoolArray | None:
         """:meth:`open_to`, or None when nothing restricts ``job`` (no reservation held, every

@@ -2,7 +2,8 @@
 
 Shared by allocate, backfill and the elastic grow step, so every stage places the same way:
 each replica is one ``decide`` (filters, the profile's scorer) over the nodes the job may use,
-the worker's preferred nodes first when it has some.
+the worker's preferred nodes first when it has some, and within them the nodes outside the scarce
+homes of more constrained waiting jobs first (``shared/core/homes.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from shared.core.task import TaskShape
 def decide_one(ctx: CycleContext, shape: TaskShape, allowed: BoolArray | None) -> Decision:
     preferred = ctx.snapshot.preferred
     profile, rng = ctx.config.profile, ctx.rng
+    spared = ctx.spared(shape)
     if preferred is not None:
         first = preferred if allowed is None else preferred & allowed
-        decision = decide(ctx.cluster, shape, profile, rng, first)
+        decision = decide(ctx.cluster, shape, profile, rng, first, spared)
         if decision.status.ok:
             return decision
-    return decide(ctx.cluster, shape, profile, rng, allowed)
+    return decide(ctx.cluster, shape, profile, rng, allowed, spared)
 
 
 def place_replicas(
