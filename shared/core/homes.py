@@ -25,19 +25,23 @@ cost 0.1 to 0.2 points of utilisation on both pinned variants measured
 (``docs/results/timeline/history.md``).
 
 Homes depend on the nodes' capacities alone, never on what runs, so they are computed once per
-shape and cluster and kept in the shell's memo; what a cycle builds is the ladder of the waiting
-jobs' home counts, once, when its first task is placed.
+shape and cluster and kept in the shell's memo, with the waiting jobs whose homes are scarce,
+followed through each ``PendingDelta`` (a Philly backlog is some 900 jobs a cycle, and judging
+each of them every cycle cost the timeline simulator 8% of its speed).  What a cycle builds is
+the ladder of those few jobs' home counts, once, when its first task is placed.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from shared.core.cluster import BoolArray, ClusterState
+from shared.core.jobs import Job
+from shared.core.memo import PendingDelta
 from shared.core.task import NodeSpec, TaskShape
 
 SCARCE_HOMES_PER_REPLICA = 2
@@ -46,10 +50,41 @@ SCARCE_HOMES_PER_REPLICA = 2
 
 @dataclass
 class HomeIndex:
-    """Each shape's homes on one cluster's nodes (capacity only), computed on first use."""
+    """Each shape's homes on one cluster's nodes (capacity only), computed on first use, and the
+    waiting jobs whose homes are scarce, as of the snapshot numbered ``generation``."""
 
     specs: tuple[NodeSpec, ...]
     _homes: dict[TaskShape, tuple[BoolArray, int]] = field(default_factory=dict)
+    scarce: dict[str, tuple[TaskShape, int]] = field(default_factory=dict)
+    """Per waiting job whose homes are scarce: its shape and the replicas it needs at once."""
+    generation: int = -1
+
+    def is_scarce(self, cluster: ClusterState, shape: TaskShape, fewest: int) -> bool:
+        count = self.homes(cluster, shape)[1]
+        return 0 < count <= SCARCE_HOMES_PER_REPLICA * fewest  # none: a job no node holds
+
+    def rebuild(self, cluster: ClusterState, pending: Sequence[Job], generation: int) -> None:
+        # Equal shapes are often one object (the simulator's): judge each object once.
+        judged: dict[tuple[int, int], bool] = {}
+        self.scarce = {}
+        for job in pending:
+            key = (id(job.shape), job.fewest)
+            found = judged.get(key)
+            if found is None:
+                found = judged[key] = self.is_scarce(cluster, job.shape, job.fewest)
+            if found:
+                self.scarce[job.id] = (job.shape, job.fewest)
+        self.generation = generation
+
+    def follow(self, cluster: ClusterState, delta: PendingDelta) -> None:
+        """Bring ``scarce`` from snapshot ``delta.previous`` to ``delta.generation``: a cycle
+        judges the jobs that came, not the thousands that wait (a changed job left and came)."""
+        for job_id in delta.removed:
+            self.scarce.pop(job_id, None)
+        for job in delta.added:
+            if self.is_scarce(cluster, job.shape, job.fewest):
+                self.scarce[job.id] = (job.shape, job.fewest)
+        self.generation = delta.generation
 
     def homes(self, cluster: ClusterState, shape: TaskShape) -> tuple[BoolArray, int]:
         """The nodes whose capacity holds one task of ``shape``, and how many they are."""
@@ -89,7 +124,7 @@ class HomeLadder:
         rows = []
         for shape, fewest in waiting:
             row = index.homes(cluster, shape)
-            if 0 < row[1] <= SCARCE_HOMES_PER_REPLICA * fewest:  # none: a job no node holds
+            if 0 < row[1] <= SCARCE_HOMES_PER_REPLICA * fewest:
                 rows.append(row)
         rows.sort(key=lambda row: row[1])
         counts: list[int] = []

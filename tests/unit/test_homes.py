@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shared.core.cycle import CycleConfig, Snapshot
 from shared.core.homes import HomeIndex, HomeLadder
+from shared.core.memo import PendingDelta
 from tests.unit.builders import cluster, node, task
 from tests.unit.test_cycle import cycle, job, profile, running
 
@@ -78,3 +79,21 @@ def test_homes_are_scarce_up_to_two_per_replica_needed() -> None:
     assert HomeLadder.of(index, c, [(four, 1), (SMALL, 1)]).spared_from(index, c, SMALL) is None
     spared = HomeLadder.of(index, c, [(four, 2), (SMALL, 1)]).spared_from(index, c, SMALL)
     assert spared is not None and spared.tolist() == [True, True, True, False]
+
+
+def test_the_scarce_waiting_jobs_followed_through_a_delta_are_those_judged_afresh() -> None:
+    c = cluster(
+        node("big", cpu=128_000, mem=512_000),
+        node("a100", cpu=64_000, mem=512_000, model="A100"),
+        node("v100", cpu=64_000, mem=512_000, model="V100"),
+    )
+    wide, small = job("wide", shape=WIDE), job("small", shape=SMALL)
+    pinned = job("pinned", shape=task(gpus=1, models=("V100",)))
+    kept = HomeIndex(c.specs)
+    kept.rebuild(c, [wide, small], generation=1)
+    assert set(kept.scarce) == {"wide"}
+    kept.follow(c, PendingDelta(2, 1, frozenset({"wide"}), (pinned,)))
+    fresh = HomeIndex(c.specs)
+    fresh.rebuild(c, [small, pinned], generation=2)
+    assert kept.scarce == fresh.scarce == {"pinned": (pinned.shape, 1)}
+    assert kept.generation == fresh.generation == 2

@@ -210,12 +210,15 @@ class CycleContext:
             memo = self.snapshot.memo
             kept = memo.homes if memo is not None and isinstance(memo.homes, HomeIndex) else None
             index = home_index(self.cluster, kept)
+            delta = self.snapshot.pending_delta
+            if delta is not None and kept is index and index.generation == delta.previous:
+                index.follow(self.cluster, delta)
+            else:
+                generation = delta.generation if delta is not None else -1
+                index.rebuild(self.cluster, self.snapshot.pending, generation)
             if memo is not None:
                 memo.homes = index
-            # Equal shapes are often one object (the simulator's): dedupe by identity first.
-            waiting = {(id(j.shape), j.fewest): j for j in self.snapshot.pending}
-            needs = [(j.shape, j.fewest) for j in waiting.values()]
-            self._homes = (index, HomeLadder.of(index, self.cluster, needs))
+            self._homes = (index, HomeLadder.of(index, self.cluster, set(index.scarce.values())))
         index, ladder = self._homes
         return ladder.spared_from(index, self.cluster, shape)
 
