@@ -52,4 +52,5 @@ class CycleMemo:
     that wait."""
     homes: object | None = None
     """``homes.HomeIndex``: each shape's homes (the nodes whose capacity holds one of its tasks),
-    kept while the cluster's nodes are the very same objects."""
+    kept while the cluster's nodes are the very same objects, and the waiting jobs whose homes
+    are scarce, followed through each ``PendingDelta``."""

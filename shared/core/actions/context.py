@@ -202,8 +202,8 @@ class CycleContext:
         return mask
 
     def spared(self, shape: TaskShape) -> BoolArray | None:
-        """The nodes a task of ``shape`` keeps off while it fits elsewhere: the homes of waiting
-        jobs more constrained than it (``shared/core/homes.py``); None when there are none."""
+        """The nodes a task of ``shape`` keeps off while it fits elsewhere: the scarce homes of
+        waiting jobs more constrained than it (``shared/core/homes.py``); None when there are none."""
         if not self.config.spare_scarce_homes:
             return None
         if self._homes is None:
