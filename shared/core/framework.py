@@ -131,12 +131,17 @@ class Profile:
         for plugin in self.filters:
             mask &= plugin.filter(cluster, task)
             if not mask.any():
-                ever = np.ones(cluster.size, dtype=np.bool_)
-                for p in self.filters:
-                    ever &= p.could_ever_fit(cluster, task)
+                ever = self.could_ever_fit(cluster, task)
                 code = Code.UNSCHEDULABLE if ever.any() else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                 return mask, Status(code, plugin.name, _reason(plugin.name, task, code))
         return mask, Status(Code.SUCCESS)
+
+    def could_ever_fit(self, cluster: ClusterState, task: TaskShape) -> BoolArray:
+        """Mask of nodes that would pass every filter empty: where ``task`` could ever run."""
+        mask = np.ones(cluster.size, dtype=np.bool_)
+        for plugin in self.filters:
+            mask &= plugin.could_ever_fit(cluster, task)
+        return mask
 
 
 def _reason(plugin: str, task: TaskShape, code: Code) -> str:

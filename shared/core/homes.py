@@ -37,9 +37,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from shared.core.cluster import BoolArray, ClusterState
+from shared.core.framework import Profile
 from shared.core.jobs import Job
 from shared.core.memo import PendingDelta
 from shared.core.task import NodeSpec, TaskShape
@@ -54,6 +53,7 @@ class HomeIndex:
     waiting jobs whose homes are scarce, as of the snapshot numbered ``generation``."""
 
     specs: tuple[NodeSpec, ...]
+    profile: Profile  # its filters say where a task could ever run
     _homes: dict[TaskShape, tuple[BoolArray, int]] = field(default_factory=dict)
     scarce: dict[str, tuple[TaskShape, int]] = field(default_factory=dict)
     """Per waiting job whose homes are scarce: its shape and the replicas it needs at once."""
@@ -90,22 +90,17 @@ class HomeIndex:
         """The nodes whose capacity holds one task of ``shape``, and how many they are."""
         found = self._homes.get(shape)
         if found is None:
-            mask = (cluster.cpu_cap >= shape.cpu_milli) & (cluster.mem_cap >= shape.memory_mib)
-            if shape.num_gpu:
-                mask &= cluster.gpu_count >= (1 if shape.is_shared else shape.num_gpu)
-                if shape.gpu_models:
-                    models = [i for i, m in enumerate(cluster.models) if m in shape.gpu_models]
-                    mask &= np.isin(cluster.model_idx, models)
+            mask = self.profile.could_ever_fit(cluster, shape)
             found = (mask, int(mask.sum()))
             self._homes[shape] = found
         return found
 
 
-def home_index(cluster: ClusterState, kept: HomeIndex | None) -> HomeIndex:
-    """``kept`` if it was built for this cluster's very nodes, else a new, empty index."""
-    if kept is not None and kept.specs is cluster.specs:
+def home_index(cluster: ClusterState, profile: Profile, kept: HomeIndex | None) -> HomeIndex:
+    """``kept`` if it was built for this cluster's very nodes and ``profile``, else a new one."""
+    if kept is not None and kept.specs is cluster.specs and kept.profile is profile:
         return kept
-    return HomeIndex(cluster.specs)
+    return HomeIndex(cluster.specs, profile)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def test_the_ladder_spares_the_homes_of_fewer_homed_shapes_only() -> None:
         node("v100", cpu=64_000, mem=512_000, model="V100"),
     )
     pinned = task(gpus=1, models=("V100",))  # one home: node 2
-    index = HomeIndex(c.specs)
+    index = HomeIndex(c.specs, profile())
     ladder = HomeLadder.of(index, c, [(WIDE, 1), (pinned, 1), (SMALL, 1)])
     assert ladder.counts == (1,)  # WIDE and the pinned task: one home each; SMALL's three are not scarce
     spared = ladder.spared_from(index, c, SMALL)
@@ -66,7 +66,7 @@ def test_the_ladder_spares_the_homes_of_fewer_homed_shapes_only() -> None:
 def test_on_equal_nodes_nothing_is_spared() -> None:
     """Philly's nodes are all alike: every shape has every node for a home, so the rule is inert."""
     c = cluster(node("a"), node("b"))
-    index = HomeIndex(c.specs)
+    index = HomeIndex(c.specs, profile())
     ladder = HomeLadder.of(index, c, [(task(gpus=8), 1), (SMALL, 1), (task(gpus=2), 1)])
     assert ladder.spared_from(index, c, SMALL) is None
 
@@ -74,7 +74,7 @@ def test_on_equal_nodes_nothing_is_spared() -> None:
 def test_homes_are_scarce_up_to_two_per_replica_needed() -> None:
     """Three nodes can hold a 4-GPU task: plenty for one replica, scarce for a gang of two."""
     c = cluster(node("a"), node("b"), node("c"), node("small", gpus=2))
-    index = HomeIndex(c.specs)
+    index = HomeIndex(c.specs, profile())
     four = task(gpus=4)
     assert HomeLadder.of(index, c, [(four, 1), (SMALL, 1)]).spared_from(index, c, SMALL) is None
     spared = HomeLadder.of(index, c, [(four, 2), (SMALL, 1)]).spared_from(index, c, SMALL)
@@ -89,11 +89,11 @@ def test_the_scarce_waiting_jobs_followed_through_a_delta_are_those_judged_afres
     )
     wide, small = job("wide", shape=WIDE), job("small", shape=SMALL)
     pinned = job("pinned", shape=task(gpus=1, models=("V100",)))
-    kept = HomeIndex(c.specs)
+    kept = HomeIndex(c.specs, profile())
     kept.rebuild(c, [wide, small], generation=1)
     assert set(kept.scarce) == {"wide"}
     kept.follow(c, PendingDelta(2, 1, frozenset({"wide"}), (pinned,)))
-    fresh = HomeIndex(c.specs)
+    fresh = HomeIndex(c.specs, profile())
     fresh.rebuild(c, [small, pinned], generation=2)
     assert kept.scarce == fresh.scarce == {"pinned": (pinned.shape, 1)}
     assert kept.generation == fresh.generation == 2

@@ -209,7 +209,7 @@ class CycleContext:
         if self._homes is None:
             memo = self.snapshot.memo
             kept = memo.homes if memo is not None and isinstance(memo.homes, HomeIndex) else None
-            index = home_index(self.cluster, kept)
+            index = home_index(self.cluster, self.config.profile, kept)
             delta = self.snapshot.pending_delta
             if delta is not None and kept is index and index.generation == delta.previous:
                 index.follow(self.cluster, delta)

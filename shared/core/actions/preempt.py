@@ -393,9 +393,7 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
     if not ok.any():
         return False
     cfg, c = ctx.config, ctx.cluster
-    allowed = ctx.open_to(job)
-    for f in cfg.profile.filters:
-        allowed &= f.could_ever_fit(c, job.shape)
+    allowed = ctx.open_to(job) & cfg.profile.could_ever_fit(c, job.shape)
     task_ok = ok[idx.job]
     # Free state as victims (virtually) leave; nothing in the cluster copy changes.
     cpu_free, mem_free, gpu_free = c.cpu_free.copy(), c.mem_free.copy(), c.gpu_free.copy()

@@ -135,9 +135,7 @@ def earliest(ctx: CycleContext, job: Job, nodes: IntArray) -> tuple[tuple[int, .
 def candidates(ctx: CycleContext, job: Job, also: tuple[int, ...] = ()) -> IntArray:
     """Nodes that could hold a replica when empty and that no other job holds, with ``also``
     (schedulable nodes of a reservation about to yield) counted as open to the job."""
-    mask = np.ones(ctx.cluster.size, dtype=np.bool_)
-    for f in ctx.config.profile.filters:
-        mask &= f.could_ever_fit(ctx.cluster, job.shape)
+    mask = ctx.config.profile.could_ever_fit(ctx.cluster, job.shape)
     open_nodes = ctx.open_to(job)
     if also:
         yielded = np.zeros(ctx.cluster.size, dtype=np.bool_)
