@@ -31,13 +31,20 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "loadtests" / "traces" / "alibaba-gpu-v2023"
 
 
-def trace_specs(count: int, speedup: float, tag: str) -> list[JobSpec]:
+def trace_specs(count: int, speedup: float, tag: str, longest_s: float | None = None) -> list[JobSpec]:
     """The first ``count`` openb pods by creation time as job specs, run times divided by
-    ``speedup``, ids suffixed with ``tag`` (a run's jobs never collide with another's)."""
+    ``speedup``, ids suffixed with ``tag`` (a run's jobs never collide with another's).
+
+    ``longest_s`` caps the run times so divided.  A test waits for its last job: at the agent's
+    500x the longest of the first 300 pods runs 50 s, and 23 of them run over 10 s."""
     pods = sorted(load_pods(TRACES / "openb_pod_list_default.csv"), key=lambda p: (p.creation_time, p.name))
-    return [
-        stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{tag}"}) for p in pods[:count]
-    ]
+    specs = []
+    for p in pods[:count]:
+        spec = stack.spec_from_trace(p, speedup)
+        run_s = spec.duration_s or 0.0
+        capped = run_s if longest_s is None else min(run_s, longest_s)
+        specs.append(spec.model_copy(update={"id": f"{p.name}-{tag}", "duration_s": capped}))
+    return specs
 
 
 def free_port() -> int:

@@ -45,6 +45,7 @@ from shared.eventstore import (
 )
 from shared.eventstore.postgres import PostgresEventStore
 from shared.eventstore.retry import until_available
+from shared.pause import pause
 from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.sim.trace import load_nodes
@@ -213,8 +214,7 @@ class Agent:
                     await producer.send_model(s.topics.heartbeats, beat, key=self.ready_name)
                 except Exception:  # the broker is away: the lease may lapse, the agent goes on
                     log.warning("heartbeat not sent", exc_info=True)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), s.heartbeat_s)
+                await pause(stop, s.heartbeat_s)
 
     async def _reconcile(self, store: EventStore) -> None:
         """Act on the jobs whose events arrived since the last call (all of them after a restore)."""

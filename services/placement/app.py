@@ -46,6 +46,7 @@ from shared.core.workload_watch import Relearning
 from shared.eventstore import ConcurrencyError, StoreUnavailableError
 from shared.eventstore.postgres import SNAPSHOT_LOCK, PostgresEventStore
 from shared.eventstore.retry import until_available
+from shared.pause import pause
 from shared.service import run_service, service_topics
 from shared.settings import Settings
 from shared.state.fold import SNAPSHOT_NAME, ClusterView, digest, to_snapshot
@@ -373,8 +374,7 @@ class Worker:
         the view holds the worker up (tens of ms per thousand jobs), so it is done rarely, and
         only by one worker when several find the newest snapshot old at once.
         """
-        while not stop.is_set():
-            await asyncio.sleep(every_s)
+        while not await pause(stop, every_s):
             try:
                 await self._snapshot_if_due(store)
             except StoreUnavailableError as exc:  # PostgreSQL is away: the next round tries again
@@ -403,8 +403,7 @@ class Worker:
 
     async def _write_stats(self, stop: asyncio.Event) -> None:
         rounds = 0
-        while not stop.is_set():
-            await asyncio.sleep(1.0)
+        while not await pause(stop, 1.0):
             self._dump_stats()
             if rounds % QUEUE_METRICS_EVERY == 0:
                 # Every few seconds, not each: it reads every pending and active job.

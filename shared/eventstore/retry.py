@@ -11,7 +11,6 @@ connection dropped conflicts instead of writing twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -19,6 +18,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from shared import metrics
+from shared.pause import pause as stop_pause
 
 T = TypeVar("T")
 log = logging.getLogger("tessera.store")
@@ -51,8 +51,7 @@ async def until_available(
         if stop is None:
             await asyncio.sleep(seconds)
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds)
+        await stop_pause(stop, seconds)
 
     def stopping(state: RetryCallState) -> bool:
         if stop is not None and stop.is_set():

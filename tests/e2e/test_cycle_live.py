@@ -114,6 +114,8 @@ async def test_two_queues_asking_for_more_than_their_guarantee_converge_to_their
         waiting = collections.Counter(r.spec.queue for r in view.jobs.values() if r.state == "pending")
         if waiting["red"] >= 16 and waiting["blue"] >= 16:  # both still ask for more than they get
             shares.append((use["red"], use["blue"]))
+        elif shares:  # no more is submitted: once one queue asks for less, it never asks more
+            break
     # Once red's first jobs end (3 s), the cycle serves the queue furthest below its share: both
     # queues hold about their 16 GPUs while both still wait.
     assert len(shares) >= 5, shares

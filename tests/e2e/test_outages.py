@@ -20,7 +20,7 @@ import pytest
 from loadtests.live_stack import TRACES, LiveStack, log_of, trace_specs
 from shared.cli import stack
 from shared.state.fold import ClusterView
-from tests.e2e.test_pipeline import assert_exactly_once
+from tests.e2e.test_pipeline import LONGEST_S, assert_exactly_once
 from tests.servers import crash, own_servers, restart
 
 pytestmark = [
@@ -65,9 +65,13 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
     await live.standard(
         workers=2, agent=["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
     )
-    specs = trace_specs(300, speedup=500, tag=f"crash-{server}-{outage_s:.0f}")
+    specs = trace_specs(300, speedup=500, tag=f"crash-{server}-{outage_s:.0f}", longest_s=LONGEST_S)
     await stack.submit(specs[:150], live.settings)
     assert await _placed(live, 20, timeout=60) >= 20, "nothing was placed before the crash"
+    at_crash = await log_of(live.settings.database_url)
+    running = {e.stream for e in at_crash if e.type == "JobStarted"} - {
+        e.stream for e in at_crash if e.type in ("JobFinished", "JobFailed", "TaskStopped")
+    }
     # The crash lands while jobs are being placed, started and ended.
     try:
         await asyncio.to_thread(crash, server)
@@ -87,6 +91,13 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
     replay.apply_all(events)
     assert replay.cluster is not None and replay.cluster.used_gpu_milli() == 0
     assert_exactly_once(events, [s.id for s in specs])
+    # The crash met running work: a task running just before it ended after it.
+    ended_after = {
+        e.stream
+        for e in events
+        if e.type in ("JobFinished", "JobFailed", "TaskStopped") and e.position > at_crash[-1].position
+    }
+    assert running & ended_after, "no task was running when the server crashed"
     assert not [e.stream for e in events if e.type == "NodeNotReady"], "an outage was taken for lost nodes"
     exited = {name: p.returncode for name, p in live.procs.items() if p.returncode is not None}
     assert not exited, f"services exited during the outage: {exited}"

@@ -25,6 +25,9 @@ from tests.conftest import create_database, drop_database
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+# The crash tests' run times, capped: 10 s at the agent's 500x, still longer than their outages,
+# so jobs run through every kill and crash, and no test waits 50 s for the trace's longest pod.
+LONGEST_S = 10 * 500
 
 
 def assert_exactly_once(events: list[RecordedEvent], jobs: list[str]) -> None:
@@ -167,7 +170,7 @@ async def test_killing_a_placement_worker_and_the_agent_loses_no_job_and_runs_no
     agent = ["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
     live.env["TESSERA_SNAPSHOT_EVERY"] = "200"  # so the restarted services start from a snapshot
     await live.standard(workers=2, agent=agent)
-    specs = trace_specs(300, speedup=500, tag="kill")
+    specs = trace_specs(300, speedup=500, tag="kill", longest_s=LONGEST_S)
     await stack.submit(specs, live.settings)
     store = await PostgresEventStore.connect(live.settings.database_url, max_size=1)
     try:
@@ -204,7 +207,7 @@ async def test_killing_admission_and_the_relay_mid_stream_loses_no_submission_an
     nodes = str(TRACES / "openb_node_list_gpu_node.csv")
     agent = ["--mode", "simulated", "--nodes", nodes, "--limit", "60", "--speedup", "500"]
     await live.standard(workers=2, agent=agent)
-    specs = trace_specs(300, speedup=500, tag="chaos")
+    specs = trace_specs(300, speedup=500, tag="chaos", longest_s=LONGEST_S)
     first, second, third = specs[:200], specs[200:260], specs[260:]
     store = await PostgresEventStore.connect(live.settings.database_url, max_size=1)
     try:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from shared.pause import pause
 from shared.service import GcPolicy
 
 
@@ -42,3 +43,16 @@ async def test_a_sweep_unfreezes_so_the_next_full_collection_sees_everything(pol
     assert gc.get_freeze_count() == 0
     stop.set()
     await sweeper
+
+
+async def test_a_pause_ends_when_the_service_is_told_to_stop() -> None:
+    stop = asyncio.Event()
+    napping = asyncio.create_task(pause(stop, 3600))
+    await asyncio.sleep(0)
+    assert not napping.done()
+    stop.set()
+    assert await asyncio.wait_for(napping, 5) is True  # not an hour later
+
+
+async def test_a_pause_without_a_stop_sleeps_its_length_and_says_so() -> None:
+    assert await pause(asyncio.Event(), 0.01) is False
