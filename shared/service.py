@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from shared import metrics
 from shared.bus.topics import ensure_topics
+from shared.pause import pause
 from shared.settings import Settings
 
 
@@ -56,11 +57,8 @@ class GcPolicy:
 
     async def sweep(self, stop: asyncio.Event) -> None:
         """Every ``sweep_s``: unfreeze, so the next full collection sees the whole heap."""
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), self.sweep_s)
-            except TimeoutError:
-                gc.unfreeze()
+        while not await pause(stop, self.sweep_s):
+            gc.unfreeze()
 
 
 def run_service(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
