@@ -1,10 +1,11 @@
-"""The exactly-once checks the end-to-end tests and ``loadtests/chaos.py`` apply to a log."""
+"""The exactly-once checks the end-to-end tests and ``loadtests/chaos.py`` apply to a log, and the
+trace jobs the crash tests submit."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from loadtests.live_stack import delivery_faults
+from loadtests.live_stack import delivery_faults, trace_specs
 from shared.eventstore.port import RecordedEvent
 
 
@@ -64,3 +65,14 @@ def test_a_stopped_task_has_ended_and_a_job_cancelled_while_waiting_need_not_be_
     faults = delivery_faults(log, ["a", "b"], may_be_unplaced={"a", "b"})
     assert faults["placed_not_once"] == 0 and faults["tasks_never_ended"] == 0
     assert delivery_faults(log, ["a", "b"])["placed_not_once"] == 1  # b, unless it may be unplaced
+
+
+def test_trace_specs_cap_run_times_and_keep_the_rest() -> None:
+    whole = trace_specs(300, speedup=500, tag="a")
+    capped = trace_specs(300, speedup=500, tag="a", longest_s=5000)
+    assert [s.id for s in capped] == [s.id for s in whole]
+    assert max(s.duration_s or 0 for s in whole) > 5000  # the trace's tail the cap is for
+    assert max(s.duration_s or 0 for s in capped) == 5000
+    for full, cut in zip(whole, capped, strict=True):
+        assert cut.duration_s == min(full.duration_s or 0, 5000)
+        assert cut.model_copy(update={"duration_s": full.duration_s}) == full
