@@ -22,6 +22,7 @@ from typing import Any
 from schemas import JobSpec
 from shared.bus.topics import delete_topics
 from shared.cli import stack
+from shared.core.lifecycle import TASK_ENDS
 from shared.eventstore.port import RecordedEvent
 from shared.eventstore.postgres import PostgresEventStore
 from shared.settings import Settings
@@ -40,10 +41,10 @@ def trace_specs(count: int, speedup: float, tag: str, longest_s: float | None = 
     pods = sorted(load_pods(TRACES / "openb_pod_list_default.csv"), key=lambda p: (p.creation_time, p.name))
     specs = []
     for p in pods[:count]:
-        spec = stack.spec_from_trace(p, speedup)
-        run_s = spec.duration_s or 0.0
-        capped = run_s if longest_s is None else min(run_s, longest_s)
-        specs.append(spec.model_copy(update={"id": f"{p.name}-{tag}", "duration_s": capped}))
+        spec = stack.spec_from_trace(p, speedup).model_copy(update={"id": f"{p.name}-{tag}"})
+        if longest_s is not None and spec.duration_s is not None:
+            spec = spec.model_copy(update={"duration_s": min(spec.duration_s, longest_s)})
+        specs.append(spec)
     return specs
 
 
@@ -185,9 +186,7 @@ def delivery_faults(
         e.stream for e in events if e.type == "JobStarted" and e.stream.startswith("task-")
     )
     ended = collections.Counter(
-        e.stream
-        for e in events
-        if e.type in ("JobFinished", "JobFailed", "TaskStopped") and e.stream.startswith("task-")
+        e.stream for e in events if e.type in TASK_ENDS and e.stream.startswith("task-")
     )
     unplaced_ok = set(may_be_unplaced)
     return {

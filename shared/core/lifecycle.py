@@ -64,7 +64,9 @@ TERMINAL: frozenset[str] = frozenset({Phase.FINISHED, Phase.FAILED, Phase.CANCEL
 ACTIVE: frozenset[str] = frozenset({Phase.PLACED, Phase.RUNNING, Phase.PREEMPTING})
 """Phases that hold resources."""
 
-TASK_EVENTS: frozenset[str] = frozenset({"JobStarted", "JobFinished", "JobFailed", "TaskStopped"})
+TASK_ENDS: frozenset[str] = frozenset({"JobFinished", "JobFailed", "TaskStopped"})
+"""Events that end a task: it finished, failed, or was stopped (an eviction or a cancel)."""
+TASK_EVENTS: frozenset[str] = TASK_ENDS | {"JobStarted"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ import pytest
 
 from loadtests.live_stack import TRACES, LiveStack, log_of, trace_specs
 from shared.cli import stack
+from shared.core.lifecycle import TASK_ENDS
 from shared.state.fold import ClusterView
 from tests.e2e.test_pipeline import LONGEST_S, assert_exactly_once
 from tests.servers import crash, own_servers, restart
@@ -70,7 +71,7 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
     assert await _placed(live, 20, timeout=60) >= 20, "nothing was placed before the crash"
     at_crash = await log_of(live.settings.database_url)
     running = {e.stream for e in at_crash if e.type == "JobStarted"} - {
-        e.stream for e in at_crash if e.type in ("JobFinished", "JobFailed", "TaskStopped")
+        e.stream for e in at_crash if e.type in TASK_ENDS
     }
     # The crash lands while jobs are being placed, started and ended.
     try:
@@ -92,11 +93,7 @@ async def test_a_crashed_server_loses_no_accepted_job_and_gives_no_gpu_twice(
     assert replay.cluster is not None and replay.cluster.used_gpu_milli() == 0
     assert_exactly_once(events, [s.id for s in specs])
     # The crash met running work: a task running just before it ended after it.
-    ended_after = {
-        e.stream
-        for e in events
-        if e.type in ("JobFinished", "JobFailed", "TaskStopped") and e.position > at_crash[-1].position
-    }
+    ended_after = {e.stream for e in events if e.type in TASK_ENDS and e.position > at_crash[-1].position}
     assert running & ended_after, "no task was running when the server crashed"
     assert not [e.stream for e in events if e.type == "NodeNotReady"], "an outage was taken for lost nodes"
     exited = {name: p.returncode for name, p in live.procs.items() if p.returncode is not None}
