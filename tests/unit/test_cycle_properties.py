@@ -97,8 +97,10 @@ def cycle(w: World, seed: int = 0) -> CycleResult:
 
 
 # Derandomized so CI runs the same 100 worlds every time.  To explore further, set
-# derandomize=False and run with --hypothesis-seed=N (seeds 1-30 passed on 2026-12-03; the two
-# counterexamples found before, both flaws of the properties, are fixed above).
+# derandomize=False and raise max_examples (seeds 1-30 passed on 2026-12-03; 5,000 random worlds
+# per property on 2026-12-07).  The three counterexamples found so far were flaws of the
+# properties, fixed above; the last was a guaranteed job whose only room was reserved for a
+# higher-priority job of its own queue.
 PROPS = settings(
     max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -209,9 +211,15 @@ def test_guarantees_are_honoured_whenever_demanded(w: World) -> None:
         ]
         # Room that borrowed work could free, beside what is free: if it would hold the job, the
         # job must have been placed or preempted for (a node is checked whole, as the cycle does).
+        # Nodes another job holds a reservation on are not counted: a guarantee does not break a
+        # reservation (EASY's slot, or a preemptor's freed room; taking a borrower's held nodes for
+        # a guarantee was measured and not kept, docs/results/timeline/history.md, ninth stop).
+        held = {n for r in result.reservations.values() if r.job != j.id for n in r.nodes}
         c = after
         could = False
         for n in range(c.size):
+            if n in held:
+                continue
             freeable = sum(
                 p.task.num_gpu for r in borrowed if _borrowing(w, r) for p in r.placements if p.node == n
             )
