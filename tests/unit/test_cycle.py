@@ -136,6 +136,25 @@ def test_a_queue_at_its_max_waits_even_with_room_left() -> None:
     assert result.unschedulable["j2"].plugin == "QueueMax"
 
 
+def test_a_job_whose_queue_the_tree_dropped_waits_and_says_why_until_the_queue_is_back() -> None:
+    c = cluster(node("a", gpus=8))
+    kept = QueueSpec("kept", max=vector(gpu=1000, cpu=1e12, memory=1e12))
+    jobs = [job("g", queue="gone", gpus=4), job("g-gang", queue="gone", gpus=8, submitted=1.0)]
+    jobs += [job("k0", queue="kept", submitted=2.0), job("k1", queue="kept", submitted=3.0)]
+    for fair_share in (True, False):
+        config = CycleConfig(profile(task(gpus=4), task(gpus=8), GPU1), fair_share=fair_share)
+        result = cycle(Snapshot(c, jobs, queues=QueueTree([kept])), config)
+        # Placed without a queue, "g" would escape every quota; nor may it reserve or evict.
+        assert set(result.placed) == {"k0"}, fair_share
+        assert result.unschedulable["k1"].plugin == "QueueMax"
+        for gone in ("g", "g-gang"):
+            status = result.unschedulable[gone]
+            assert status.plugin == "QueueGone" and "'gone' is not in the queue tree" in status.reason
+        assert not result.reservations and not result.of(Preempt)
+    back = QueueTree([kept, QueueSpec("gone")])
+    assert set(cycle(Snapshot(c, jobs, queues=back)).placed) == {"g", "k0"}
+
+
 def test_deserved_shares_fill_guarantees_first_then_split_the_rest_by_weight() -> None:
     tree = QueueTree(
         [

@@ -6,6 +6,8 @@
    cluster's capacity gives each queue its deserved share (``QueueTree.deserved``).
 3. Each leaf's pending jobs sorted by the order plugin's key (orders that use expected run
    times ask the estimator).
+4. A job whose queue is not in the tree (an applied tree dropped it) is not offered: it waits,
+   said why (``QueueGone``), until a tree with its queue is applied.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from shared.core.actions.context import CycleContext
+from shared.core.actions.context import QUEUE_GONE, CycleContext
+from shared.core.framework import Code, Status
 from shared.core.jobs import Job, RuntimeEstimator
 from shared.core.memo import PendingDelta
 from shared.core.plugins.order.base import JobOrder
@@ -53,8 +56,27 @@ def run(ctx: CycleContext) -> None:
         ctx.deserved = {
             q: (float(d[0]), float(d[1]), float(d[2])) for q, d in queues.deserved(capacity, demand).items()
         }
+    gone = [q for q in sums if q not in queues.specs]
     for q, members in kept.members.items():
+        if gone and (q == "" or q == "*"):  # "": fair share's group of jobs whose queue is gone
+            _wait_for_queue(ctx, [j for j in members if j.queue not in queues.specs])
+            if q == "":
+                continue
+            members = [j for j in members if j.queue in queues.specs]
         ctx.ordered[q] = list(members)
+
+
+def _wait_for_queue(ctx: CycleContext, jobs: list[Job]) -> None:
+    """Jobs whose queue is no longer in the tree (an applied tree dropped it after they were
+    admitted) wait, said why, until a tree with it comes back: placed without a queue they would
+    escape every quota, as Kueue holds a workload whose ClusterQueue is gone."""
+    for job in jobs:
+        if ctx.actionable(job):
+            ctx.unschedulable[job.id] = Status(
+                Code.UNSCHEDULABLE,
+                QUEUE_GONE,
+                f"queue {job.queue!r} is not in the queue tree: it waits until a tree with it is applied",
+            )
 
 
 @dataclass
