@@ -195,3 +195,38 @@ async def test_an_over_quota_submission_is_rejected_and_changes_nothing_else(
     events = (await log_of(live.settings.database_url))[before:]
     assert not [e for e in events if e.stream == "job-big"]
     assert [e.type for e in events if e.stream == "rejected-big"] == ["JobRejected"]
+
+
+async def test_a_job_whose_queue_a_new_tree_drops_waits_until_a_tree_brings_it_back(
+    live: LiveStack, tmp_path: Path
+) -> None:
+    await start(live, tmp_path, nodes=1)
+    both = QueueTreeSpec.model_validate({"queues": [{"name": "a"}, {"name": "b"}]})
+    await stack.apply_queues(both, live.settings)
+    await stack.submit([job("filler", gpus=8, seconds=3.0, queue="a")], live.settings)
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:  # the filler holds the node before the orphan comes
+        if any(
+            e.stream == "job-filler" and e.type == "JobPlaced"
+            for e in await log_of(live.settings.database_url)
+        ):
+            break
+        await asyncio.sleep(0.2)
+    await stack.submit([job("orphan", queue="b")], live.settings)
+    await stack.apply_queues(QueueTreeSpec.model_validate({"queues": [{"name": "a"}]}), live.settings)
+    # The node frees; placed without its queue the job would escape every quota: it waits, said why.
+    said: set[str] = set()
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline and not any(w.startswith("QueueGone:") for w in said):
+        said |= {r["waiting"]["orphan"] for r in live.stats() if "orphan" in r.get("waiting", {})}
+        await asyncio.sleep(0.2)
+    assert any(w.startswith("QueueGone: queue 'b' is not in the queue tree") for w in said), said
+    assert (await stack.wait_for(["filler"], 30, live.settings))["filler"] == "finished"
+    await asyncio.sleep(1.5)  # cycles run on the free node; the job still waits
+    events = await log_of(live.settings.database_url)
+    assert not [e for e in events if e.stream == "job-orphan" and e.type == "JobPlaced"]
+    back = len(events)
+    await stack.apply_queues(both, live.settings)
+    assert (await stack.wait_for(["orphan"], 30, live.settings))["orphan"] == "finished"
+    after = (await log_of(live.settings.database_url))[back:]
+    assert [e.type for e in after if e.stream == "job-orphan" and e.type == "JobPlaced"] == ["JobPlaced"]

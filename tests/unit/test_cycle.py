@@ -153,6 +153,13 @@ def test_a_job_whose_queue_the_tree_dropped_waits_and_says_why_until_the_queue_i
         assert not result.reservations and not result.of(Preempt)
     back = QueueTree([kept, QueueSpec("gone")])
     assert set(cycle(Snapshot(c, jobs, queues=back)).placed) == {"g", "k0"}
+    # A reservation it made before its queue went is given up: its holder would be placed first.
+    held = {"g": Reservation("g", (0,), since=0.0, expected_start=500.0, timeout_at=5000.0)}
+    result = cycle(Snapshot(c, jobs, queues=QueueTree([kept]), reservations=held))
+    assert "g" not in result.placed and "g" not in result.reservations
+    assert [(r.job, "'gone' is not in the queue tree" in r.reason) for r in result.of(Release)] == [
+        ("g", True)
+    ]
 
 
 def test_deserved_shares_fill_guarantees_first_then_split_the_rest_by_weight() -> None:

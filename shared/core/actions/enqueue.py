@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from shared.core.actions.context import QUEUE_GONE, CycleContext
+from shared.core.cycle import Release
 from shared.core.framework import Code, Status
 from shared.core.jobs import Job, RuntimeEstimator
 from shared.core.memo import PendingDelta
@@ -69,14 +70,15 @@ def run(ctx: CycleContext) -> None:
 def _wait_for_queue(ctx: CycleContext, jobs: list[Job]) -> None:
     """Jobs whose queue is no longer in the tree (an applied tree dropped it after they were
     admitted) wait, said why, until a tree with it comes back: placed without a queue they would
-    escape every quota, as Kueue holds a workload whose ClusterQueue is gone."""
+    escape every quota, as Kueue holds a workload whose ClusterQueue is gone.  A reservation one
+    of them holds is released (allocate would place its holder first)."""
     for job in jobs:
-        if ctx.actionable(job):
-            ctx.unschedulable[job.id] = Status(
-                Code.UNSCHEDULABLE,
-                QUEUE_GONE,
-                f"queue {job.queue!r} is not in the queue tree: it waits until a tree with it is applied",
-            )
+        if not ctx.actionable(job):
+            continue
+        reason = f"queue {job.queue!r} is not in the queue tree: it waits until a tree with it is applied"
+        ctx.unschedulable[job.id] = Status(Code.UNSCHEDULABLE, QUEUE_GONE, reason)
+        if ctx.drop_reservation(job.id) is not None:
+            ctx.intents.append(Release(job.id, reason, ctx.now))
 
 
 @dataclass
