@@ -722,10 +722,14 @@ def queue_table(view: object) -> object:
     from rich.table import Table
 
     from shared.state.fold import ClusterView
-    from shared.state.queue_usage import queue_usage
+    from shared.state.queue_usage import outside_tree, queue_usage
 
     assert isinstance(view, ClusterView)
     table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
+    dropped = outside_tree(view)
+    if dropped:
+        listed = ", ".join(f"{q} ({p} pending, {r} running)" for q, (p, r) in dropped.items())
+        table.caption = f"not in the applied tree, their pending jobs wait for it (QueueGone): {listed}"
     queues = queue_usage(view)
     columns = ["queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"]
     # Columns no queue sets are left out: they would only narrow the others on a terminal.

@@ -95,3 +95,19 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
             )
         )
     return out
+
+
+def outside_tree(view: ClusterView) -> dict[str, tuple[int, int]]:
+    """Queues with jobs that the applied tree no longer has (a later tree dropped them), with
+    their pending and running job counts: their waiting jobs wait (``QueueGone``) until a tree
+    with the queue is applied."""
+    if view.queues is None:
+        return {}
+    names = {q.name for _, q in view.queues.walk()}
+    out: dict[str, list[int]] = {}
+    for ids, k in ((view.pending_ids(), 0), (view.active_ids(), 1)):
+        for job_id in ids:
+            q = view.jobs[job_id].spec.queue
+            if q not in names:
+                out.setdefault(q, [0, 0])[k] += 1
+    return {q: (p, r) for q, (p, r) in sorted(out.items())}

@@ -373,3 +373,37 @@ def test_the_queue_table_shows_preempt_after_and_large_jobs_only_where_a_queue_s
     assert "large jobs" in text and "preempt after" not in text
     assert text.count("≥8 GPUs: high") == 2  # org's own and a's, inherited
     assert "large jobs" not in rendered({"queues": [{"name": "a"}]})
+
+
+def test_the_queue_table_names_queues_a_later_tree_dropped_while_they_had_jobs() -> None:
+    import io
+
+    from rich.console import Console
+
+    from schemas import JobSpec
+    from schemas.events import JobAdmitted, QueuesApplied
+    from schemas.queues import QueueTreeSpec
+    from shared.cli.main import queue_table
+    from tests.folded_log import Log
+
+    log = Log()
+    log.add(
+        "queues", QueuesApplied(tree=QueueTreeSpec.model_validate({"queues": [{"name": "a"}, {"name": "b"}]}))
+    )
+    for job, queue in (("j1", "b"), ("j2", "b"), ("j3", "a")):
+        spec = JobSpec.model_validate(
+            {"id": job, "tenant": "t", "queue": queue, "resources": {"nvidia.com/gpu": 1}}
+        )
+        log.add(f"job-{job}", JobAdmitted(spec=spec))
+
+    def rendered() -> str:
+        out = io.StringIO()
+        Console(file=out, width=200).print(queue_table(log.view))
+        return " ".join(out.getvalue().split())  # the caption wraps at the table's width
+
+    assert "QueueGone" not in rendered()
+    log.add("queues", QueuesApplied(tree=QueueTreeSpec.model_validate({"queues": [{"name": "a"}]})))
+    assert (
+        "not in the applied tree, their pending jobs wait for it (QueueGone): b (2 pending, 0 running)"
+        in (rendered())
+    )

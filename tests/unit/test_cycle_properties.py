@@ -108,9 +108,10 @@ def cycle(w: World, seed: int = 0) -> CycleResult:
 
 # Derandomized so CI runs the same 100 worlds every time.  To explore further, set
 # derandomize=False and raise max_examples (seeds 1-30 passed on 2026-12-03; 5,000 random worlds
-# per property on 2026-12-07, and 2,000 more once half the worlds nested two queues under a parent).  The three counterexamples found so far were flaws of the
-# properties, fixed above; the last was a guaranteed job whose only room was reserved for a
-# higher-priority job of its own queue.
+# per property on 2026-12-07, and 2,000 more once half the worlds nested two queues under a
+# parent).  The three counterexamples found so far were flaws of the properties, fixed above;
+# the last was a guaranteed job whose only room was reserved for a higher-priority job of its
+# own queue.
 PROPS = settings(
     max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
