@@ -29,6 +29,7 @@ from shared.state.fold import ClusterView, job_state
 from shared.state.wire import job_stream, node_stream, queue_tree
 
 QUEUES_STREAM = "queues"
+QUEUES_REJECTED = "rejected-apply-queues"  # trees the core refused, each a CommandRejected
 
 log = logging.getLogger("tessera.admission")
 ATTEMPTS = 20
@@ -162,7 +163,16 @@ class Admission:
         try:
             queue_tree(command.tree)  # the core's own checks (parents, guarantees within max)
         except ValueError as exc:
+            # `tessera queue apply` runs the same checks first; a tree produced straight to the
+            # topic gets its answer in the log, as a refused drain does.
             log.warning("queue tree refused: %s", exc)
+            refused = CommandRejected(
+                command=command.type, target="queues", reason=f"queue tree refused: {exc}"
+            )
+            await self.store.append(
+                [NewEvent(QUEUES_REJECTED, refused.type, refused.model_dump(mode="json"))],
+                {QUEUES_REJECTED: ANY_VERSION},
+            )
             return "rejected"
         event = QueuesApplied(tree=command.tree)
         await self.store.append(

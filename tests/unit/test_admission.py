@@ -196,6 +196,28 @@ async def test_an_applied_queue_tree_decides_queues_rights_and_quotas() -> None:
     assert [e.stream for e in written if e.type == "QueuesApplied"] == ["queues"]
 
 
+async def test_a_tree_the_core_refuses_gets_an_error_event_and_the_applied_tree_stays() -> None:
+    from schemas.commands import ApplyQueues
+    from schemas.queues import QueueTreeSpec
+
+    store = InMemoryEventStore()
+    await with_nodes(store)
+    admission = Admission(store, QUEUES)
+    assert await admission.decide([ApplyQueues(tree=QueueTreeSpec.model_validate(TREE))]) == [
+        "queues-applied"
+    ]
+    # Valid by the schema, refused by the core: "root" names the tree's implicit root.
+    bad = QueueTreeSpec.model_validate({"queues": [{"name": "root"}]})
+    before = await store.read_all(0, 1000)
+    assert await admission.decide([ApplyQueues(tree=bad)]) == ["rejected"]
+    written = (await store.read_all(0, 1000))[len(before) :]
+    assert [(e.stream, e.type) for e in written] == [("rejected-apply-queues", "CommandRejected")]
+    assert written[0].data["command"] == "ApplyQueues"
+    assert "'root' is the tree's implicit root" in written[0].data["reason"]
+    # The tree applied before still decides.
+    assert await admission.decide([SubmitJob(spec=spec("fits", queue="small"))]) == ["admitted"]
+
+
 async def test_a_queues_large_jobs_rule_raises_large_jobs_that_ask_for_less_and_the_core_sees_it() -> None:
     from schemas.commands import ApplyQueues
     from schemas.queues import QueueTreeSpec
