@@ -775,6 +775,7 @@ def queue_apply(
 
     from schemas.queues import QueueTreeSpec
     from shared.cli import stack
+    from shared.state.queue_usage import outside_tree
     from shared.state.wire import queue_tree
 
     try:
@@ -788,6 +789,14 @@ def queue_apply(
     except ValueError as exc:
         console.print(f"[red]{tree_file}: {exc}[/red]")
         raise typer.Exit(2) from None
+    view, _ = run_reaching(stack.read_view(), "reading the cluster's state", console)
+    for q, (pending, running) in outside_tree(view, tree).items():
+        # Kueue refuses to delete a ClusterQueue with admitted workloads; here the tree is applied
+        # and the queue's jobs are kept: the waiting ones wait for a tree that has it again.
+        console.print(
+            f"[yellow]queue {q!r} is not in {tree_file} and has jobs: {running} running run on, "
+            f"{pending} pending wait (QueueGone) until a tree with it is applied[/yellow]"
+        )
     run_reaching(stack.apply_queues(tree), "applying the queue tree", console)
     console.print(f"applied {len(tree.walk())} queue(s) from {tree_file}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from schemas.queues import QueueTreeSpec
 from shared.core.queues import ROOT, FloatArray, LargeJobRule, QueueTree, demand_of, open_tree, vector
 from shared.core.task import TaskShape
 from shared.state.fold import ClusterView
@@ -97,13 +98,14 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
     return out
 
 
-def outside_tree(view: ClusterView) -> dict[str, tuple[int, int]]:
-    """Queues with jobs that the applied tree no longer has (a later tree dropped them), with
-    their pending and running job counts: their waiting jobs wait (``QueueGone``) until a tree
-    with the queue is applied."""
-    if view.queues is None:
+def outside_tree(view: ClusterView, tree: QueueTreeSpec | None = None) -> dict[str, tuple[int, int]]:
+    """Queues with jobs that ``tree`` (by default the applied one) does not have, with their
+    pending and running job counts: their waiting jobs wait (``QueueGone``) until a tree with the
+    queue is applied.  Given the tree about to be applied, the queues it would drop."""
+    tree = tree if tree is not None else view.queues
+    if tree is None:
         return {}
-    names = {q.name for _, q in view.queues.walk()}
+    names = {q.name for _, q in tree.walk()}
     out: dict[str, list[int]] = {}
     for ids, k in ((view.pending_ids(), 0), (view.active_ids(), 1)):
         for job_id in ids:

@@ -407,3 +407,41 @@ def test_the_queue_table_names_queues_a_later_tree_dropped_while_they_had_jobs()
         "not in the applied tree, their pending jobs wait for it (QueueGone): b (2 pending, 0 running)"
         in (rendered())
     )
+
+
+def test_queue_apply_warns_of_a_queue_it_drops_that_has_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schemas import JobSpec
+    from schemas.events import JobAdmitted, QueuesApplied
+    from schemas.queues import QueueTreeSpec
+    from tests.folded_log import Log
+
+    log = Log()
+    log.add(
+        "queues", QueuesApplied(tree=QueueTreeSpec.model_validate({"queues": [{"name": "a"}, {"name": "b"}]}))
+    )
+    spec = JobSpec.model_validate(
+        {"id": "j", "tenant": "t", "queue": "b", "resources": {"nvidia.com/gpu": 1}}
+    )
+    log.add("job-j", JobAdmitted(spec=spec))
+    applied: list[QueueTreeSpec] = []
+
+    async def read_view() -> tuple[object, dict[str, str]]:
+        return log.view, {}
+
+    async def apply_queues(tree: QueueTreeSpec) -> None:
+        applied.append(tree)
+
+    monkeypatch.setattr(stack, "read_view", read_view)
+    monkeypatch.setattr(stack, "apply_queues", apply_queues)
+    tree_file = tmp_path / "queues.yaml"
+    tree_file.write_text("queues:\n  - name: a\n")
+    result = runner.invoke(app, ["queue", "apply", str(tree_file)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "queue 'b' is not in" in said and "0 running run on, 1 pending wait (QueueGone)" in said
+    assert [t.walk()[0][1].name for t in applied] == ["a"]  # applied all the same
+    tree_file.write_text("queues:\n  - name: a\n  - name: b\n")
+    result = runner.invoke(app, ["queue", "apply", str(tree_file)])
+    assert result.exit_code == 0 and "QueueGone" not in result.output
