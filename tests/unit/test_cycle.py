@@ -136,6 +136,24 @@ def test_a_queue_at_its_max_waits_even_with_room_left() -> None:
     assert result.unschedulable["j2"].plugin == "QueueMax"
 
 
+def test_a_job_above_its_queues_max_even_alone_says_it_waits_for_the_tree_not_for_room() -> None:
+    # Admitted under an earlier tree; the one applied since caps the parent below the job.
+    c = cluster(node("a", gpus=8))
+    low = vector(gpu=2000, cpu=1e12, memory=1e12)
+    tree = QueueTree([QueueSpec("org", max=low), QueueSpec("team", parent="org")])
+    jobs = [job("big", gpus=4, queue="team"), job("small", queue="team", submitted=1.0)]
+    jobs += [job("more", queue="team", submitted=2.0), job("most", queue="team", submitted=3.0)]
+    result = cycle(Snapshot(c, jobs, queues=tree))
+    assert set(result.placed) == {"small", "more"}
+    big = result.unschedulable["big"]
+    assert (
+        big.plugin == "QueueMax"
+        and "needs more than queue 'org''s max even with nothing else running" in big.reason
+    )
+    # One that only waits for the queue's other jobs to end keeps the plain reason.
+    assert result.unschedulable["most"].reason == "its queue (or a parent) would exceed its max quota"
+
+
 def test_a_job_whose_queue_the_tree_dropped_waits_and_says_why_until_the_queue_is_back() -> None:
     c = cluster(node("a", gpus=8))
     kept = QueueSpec("kept", max=vector(gpu=1000, cpu=1e12, memory=1e12))

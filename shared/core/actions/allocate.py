@@ -29,7 +29,7 @@ from shared.core.actions import reserve
 from shared.core.actions.context import BEHIND_HEAD, BUDGET, DEPTH, QUEUE_MAX, CycleContext
 from shared.core.actions.placing import place_replicas
 from shared.core.cycle import Release
-from shared.core.framework import Status
+from shared.core.framework import Code, Status
 from shared.core.jobs import Job
 from shared.core.task import TaskShape
 
@@ -105,7 +105,7 @@ def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Statu
         return
     own = ctx.reservations.get(job.id)
     if not ctx.within_max(job, job.fewest):
-        ctx.refuse(job, QUEUE_MAX)
+        ctx.refuse(job, _over_max(ctx, job))
         return
     open_nodes = ctx.restriction(job)
     placements, status = place_replicas(ctx, job, job.fewest, job.replicas, open_nodes)
@@ -124,6 +124,18 @@ def _blocked(ctx: CycleContext, job: Job, status: Status) -> None:
         reserve.consider(ctx, job)
     if ctx.config.strict:
         ctx.stopped = BEHIND_HEAD
+
+
+def _over_max(ctx: CycleContext, job: Job) -> Status:
+    """QueueMax, saying so where the job alone is above a max (it waits for a tree that raises it)."""
+    queue = ctx.above_max_alone(job, job.fewest)
+    if queue is None:
+        return QUEUE_MAX
+    reason = (
+        f"needs more than queue {queue!r}'s max even with nothing else running: "
+        "it waits for a tree that raises it"
+    )
+    return Status(Code.UNSCHEDULABLE, QUEUE_MAX.plugin, reason)
 
 
 def _may_fit(ctx: CycleContext, job: Job) -> bool:

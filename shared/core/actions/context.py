@@ -120,6 +120,19 @@ class CycleContext:
                 return False
         return True
 
+    def above_max_alone(self, job: Job, replicas: int) -> str | None:
+        """The queue (its own or an ancestor) whose ``max`` ``replicas`` tasks of the job exceed
+        even with nothing else running: a tree applied after the job was admitted lowered it, so
+        the job waits for a tree that raises it, not for room."""
+        q = self.queue_of(job)
+        if not q or q not in self._capped:
+            return None
+        extra = demand_of(job.shape, replicas)
+        for name in self.queues.ancestors(q):
+            if bool((extra > self.queues.specs[name].max + 1e-9).any()):
+                return name
+        return None
+
     def share(self, queue: str) -> float:
         """The queue's dominant share of its deserved amount (kept until its usage changes)."""
         found = self._shares.get(queue)
