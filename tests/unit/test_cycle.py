@@ -180,6 +180,21 @@ def test_a_job_whose_queue_the_tree_dropped_waits_and_says_why_until_the_queue_i
     ]
 
 
+def test_a_job_whose_tenant_a_new_tree_no_longer_allows_waits_and_says_why() -> None:
+    c = cluster(node("a", gpus=8))
+    jobs = [job("ads-1", queue="team", tenant="ads"), job("ml-1", queue="team", tenant="ml", submitted=1.0)]
+    for fair_share in (True, False):
+        config = CycleConfig(profile(), fair_share=fair_share)
+        # The parent no longer lets "ads" in (a parent's list bounds its subtree, as at admission).
+        tree = QueueTree([QueueSpec("org", tenants=("ml",)), QueueSpec("team", parent="org")])
+        result = cycle(Snapshot(c, jobs, queues=tree), config)
+        assert set(result.placed) == {"ml-1"}, fair_share
+        barred = result.unschedulable["ads-1"]
+        assert barred.plugin == "TenantBarred"
+        assert barred.reason.startswith("tenant 'ads' is no longer allowed on queue 'org'")
+    assert set(cycle(Snapshot(c, jobs, queues=QueueTree([QueueSpec("team")]))).placed) == {"ads-1", "ml-1"}
+
+
 def test_deserved_shares_fill_guarantees_first_then_split_the_rest_by_weight() -> None:
     tree = QueueTree(
         [

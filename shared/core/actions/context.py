@@ -345,3 +345,5 @@ BUDGET = Status(Code.UNSCHEDULABLE, "CycleBudget", "the cycle placed its most jo
 DEPTH = Status(Code.UNSCHEDULABLE, "QueueDepth", "beyond the jobs a cycle looks at; a later cycle will")
 QUEUE_GONE = "QueueGone"
 """The plugin name of a job whose queue an applied tree dropped (``actions/enqueue.py``)."""
+TENANT_BARRED = "TenantBarred"
+"""The plugin name of a job whose tenant an applied tree no longer allows on its queue."""

@@ -6,8 +6,10 @@
    cluster's capacity gives each queue its deserved share (``QueueTree.deserved``).
 3. Each leaf's pending jobs sorted by the order plugin's key (orders that use expected run
    times ask the estimator).
-4. A job whose queue is not in the tree (an applied tree dropped it) is not offered: it waits,
-   said why (``QueueGone``), until a tree with its queue is applied.
+4. A job the tree bars is not offered and asks for nothing: it waits, said why, until a tree
+   lets it in.  That is a job whose queue is not in the tree (``QueueGone``), or whose tenant the
+   queue or one above it no longer allows (``TenantBarred``): a tree applied after admission
+   changed them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from shared.core.actions.context import QUEUE_GONE, CycleContext
+from shared.core.actions.context import QUEUE_GONE, TENANT_BARRED, CycleContext
 from shared.core.cycle import Release
 from shared.core.framework import Code, Status
 from shared.core.jobs import Job, RuntimeEstimator
@@ -57,28 +59,39 @@ def run(ctx: CycleContext) -> None:
         ctx.deserved = {
             q: (float(d[0]), float(d[1]), float(d[2])) for q, d in queues.deserved(capacity, demand).items()
         }
-    gone = [q for q in sums if q not in queues.specs]
     for q, members in kept.members.items():
-        if gone and (q == "" or q == "*"):  # "": fair share's group of jobs whose queue is gone
-            _wait_for_queue(ctx, [j for j in members if j.queue not in queues.specs])
+        if kept.held and (q == "" or q == "*"):  # "": fair share's group of the jobs the tree bars
+            _wait_for_tree(ctx, kept, [j for j in members if kept.bar(j) is not None])
             if q == "":
                 continue
-            members = [j for j in members if j.queue in queues.specs]
+            members = [j for j in members if kept.bar(j) is None]
         ctx.ordered[q] = list(members)
 
 
-def _wait_for_queue(ctx: CycleContext, jobs: list[Job]) -> None:
-    """Jobs whose queue is no longer in the tree (an applied tree dropped it after they were
-    admitted) wait, said why, until a tree with it comes back: placed without a queue they would
-    escape every quota, as Kueue holds a workload whose ClusterQueue is gone.  A reservation one
-    of them holds is released (allocate would place its holder first)."""
+def _wait_for_tree(ctx: CycleContext, kept: PendingOrder, jobs: list[Job]) -> None:
+    """Jobs the tree bars (an applied tree dropped their queue, or no longer allows their tenant
+    on it, after they were admitted) wait, said why, until a tree lets them in: placed anyway,
+    a job without a queue would escape every quota, and a tenant whose rights were taken would
+    keep using them.  Kueue holds a workload whose ClusterQueue is gone the same way.  A
+    reservation one of them holds is released (allocate would place its holder first)."""
     for job in jobs:
-        if not ctx.actionable(job):
+        barred = kept.bar(job)
+        if barred is None or not ctx.actionable(job):
             continue
-        reason = f"queue {job.queue!r} is not in the queue tree: it waits until a tree with it is applied"
-        ctx.unschedulable[job.id] = Status(Code.UNSCHEDULABLE, QUEUE_GONE, reason)
+        plugin, why = barred
+        reason = f"{why}: it waits until a tree lets it in"
+        ctx.unschedulable[job.id] = Status(Code.UNSCHEDULABLE, plugin, reason)
         if ctx.drop_reservation(job.id) is not None:
             ctx.intents.append(Release(job.id, reason, ctx.now))
+
+
+def _barred(tree: QueueTree, queue: str, tenant: str) -> tuple[str, str] | None:
+    if queue not in tree.specs:
+        return QUEUE_GONE, f"queue {queue!r} is not in the queue tree"
+    for name in tree.ancestors(queue):
+        if not tree.specs[name].allows(tenant):
+            return TENANT_BARRED, f"tenant {tenant!r} is no longer allowed on queue {name!r}"
+    return None
 
 
 @dataclass
@@ -100,15 +113,29 @@ class PendingOrder:
     counts: dict[str, int] = field(default_factory=dict)
     keys: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
     members: dict[str, list[Job]] = field(default_factory=dict)
+    barred: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
+    held: int = 0  # pending jobs the tree bars (kept in the order, offered to no one)
+
+    def bar(self, job: Job) -> tuple[str, str] | None:
+        """(plugin, why) where the tree bars the job, else None: its queue is not in the tree, or
+        the queue or one above it does not allow its tenant (a tree applied after admission)."""
+        key = (job.queue, job.tenant)
+        if key not in self.barred:
+            self.barred[key] = _barred(self.queues, job.queue, job.tenant)
+        return self.barred[key]
 
     def group(self, job: Job) -> str:
         if not self.fair_share:
             return "*"
-        return job.queue if job.queue in self.queues.specs else ""
+        return job.queue if self.bar(job) is None else ""
 
     def count(self, job: Job, sign: int = 1) -> None:
         """Add (``sign`` 1) or take away (-1) the job's fewest replicas in its queue's sums; a
-        queue's entry goes when its last pending job does."""
+        queue's entry goes when its last pending job does.  A job the tree bars asks for
+        nothing: it is only counted as held."""
+        if self.bar(job) is not None:
+            self.held += sign
+            return
         q, s, k = job.queue, job.shape, sign * job.fewest
         acc = self.sums.get(q)
         if acc is None:
