@@ -726,10 +726,12 @@ def queue_table(view: object) -> object:
 
     assert isinstance(view, ClusterView)
     table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
-    dropped = outside_tree(view)
-    if dropped:
-        listed = ", ".join(f"{q} ({p} pending, {r} running)" for q, (p, r) in dropped.items())
-        table.caption = f"not in the applied tree, their pending jobs wait for it (QueueGone): {listed}"
+    barred = outside_tree(view)
+    if barred:
+        listed = "; ".join(f"{why} ({p} pending, {r} running)" for why, (p, r) in barred.items())
+        table.caption = (
+            f"jobs the applied tree bars (the pending ones wait for a tree that lets them in): {listed}"
+        )
     queues = queue_usage(view)
     columns = ["queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"]
     # Columns no queue sets are left out: they would only narrow the others on a terminal.
@@ -790,12 +792,12 @@ def queue_apply(
         console.print(f"[red]{tree_file}: {exc}[/red]")
         raise typer.Exit(2) from None
     view, _ = run_reaching(stack.read_view(), "reading the cluster's state", console)
-    for q, (pending, running) in outside_tree(view, tree).items():
+    for why, (pending, running) in outside_tree(view, tree).items():
         # Kueue refuses to delete a ClusterQueue with admitted workloads; here the tree is applied
-        # and the queue's jobs are kept: the waiting ones wait for a tree that has it again.
+        # and the jobs are kept: the waiting ones wait for a tree that lets them in again.
         console.print(
-            f"[yellow]queue {q!r} is not in {tree_file} and has jobs: {running} running run on, "
-            f"{pending} pending wait (QueueGone) until a tree with it is applied[/yellow]"
+            f"[yellow]{tree_file}: {why}; {running} such job(s) running run on, {pending} pending "
+            "wait until a tree lets them in[/yellow]"
         )
     run_reaching(stack.apply_queues(tree), "applying the queue tree", console)
     console.print(f"applied {len(tree.walk())} queue(s) from {tree_file}")

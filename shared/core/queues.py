@@ -36,6 +36,8 @@ DIMENSIONS = ("gpu", "cpu", "memory")
 """Resource vector order: milli-GPU, milli-CPU, MiB."""
 UNLIMITED = float("inf")
 ROOT = "root"
+QUEUE_GONE = "QueueGone"  # the plugin name of a job whose queue the tree does not have
+TENANT_BARRED = "TenantBarred"  # ... of a job whose tenant its queue (or one above) does not allow
 
 
 def vector(gpu: float = 0.0, cpu: float = 0.0, memory: float = 0.0) -> FloatArray:
@@ -131,6 +133,18 @@ class QueueTree:
         missing = set(self.specs) - seen
         if missing:
             raise ValueError(f"queues {sorted(missing)} form a cycle")
+
+    def barred(self, queue: str, tenant: str) -> tuple[str, str] | None:
+        """(plugin, why) where this tree keeps a job of ``tenant`` in ``queue`` from running, else
+        None: the queue is not in the tree (``QueueGone``), or it or a queue above it does not
+        allow the tenant (``TenantBarred``).  Admission refuses such a job; one admitted under an
+        earlier tree waits for a tree that lets it in."""
+        if queue not in self.specs:
+            return QUEUE_GONE, f"queue {queue!r} is not in the queue tree"
+        for name in self.ancestors(queue):
+            if not self.specs[name].allows(tenant):
+                return TENANT_BARRED, f"tenant {tenant!r} is no longer allowed on queue {name!r}"
+        return None
 
     def __contains__(self, name: object) -> bool:
         return name in self.specs

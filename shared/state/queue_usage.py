@@ -99,17 +99,24 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
 
 
 def outside_tree(view: ClusterView, tree: QueueTreeSpec | None = None) -> dict[str, tuple[int, int]]:
-    """Queues with jobs that ``tree`` (by default the applied one) does not have, with their
-    pending and running job counts: their waiting jobs wait (``QueueGone``) until a tree with the
-    queue is applied.  Given the tree about to be applied, the queues it would drop."""
-    tree = tree if tree is not None else view.queues
-    if tree is None:
+    """Per reason ``tree`` (by default the applied one) keeps some jobs of the view from running
+    (``QueueTree.barred``: their queue is not in it, or their tenant is not allowed there), their
+    pending and running job counts: the waiting ones wait (``QueueGone``, ``TenantBarred``) until
+    a tree lets them in, the running ones run on.  Given the tree about to be applied, what it
+    would bar."""
+    spec = tree if tree is not None else view.queues
+    if spec is None:
         return {}
-    names = {q.name for _, q in tree.walk()}
+    core = queue_tree(spec)
+    verdicts: dict[tuple[str, str], tuple[str, str] | None] = {}
     out: dict[str, list[int]] = {}
     for ids, k in ((view.pending_ids(), 0), (view.active_ids(), 1)):
         for job_id in ids:
-            q = view.jobs[job_id].spec.queue
-            if q not in names:
-                out.setdefault(q, [0, 0])[k] += 1
-    return {q: (p, r) for q, (p, r) in sorted(out.items())}
+            job = view.jobs[job_id].spec
+            key = (job.queue, job.tenant)
+            if key not in verdicts:
+                verdicts[key] = core.barred(*key)
+            found = verdicts[key]
+            if found is not None:
+                out.setdefault(f"{found[0]}: {found[1]}", [0, 0])[k] += 1
+    return {why: (p, r) for why, (p, r) in sorted(out.items())}

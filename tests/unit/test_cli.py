@@ -375,7 +375,7 @@ def test_the_queue_table_shows_preempt_after_and_large_jobs_only_where_a_queue_s
     assert "large jobs" not in rendered({"queues": [{"name": "a"}]})
 
 
-def test_the_queue_table_names_queues_a_later_tree_dropped_while_they_had_jobs() -> None:
+def test_the_queue_table_names_jobs_the_applied_tree_bars() -> None:
     import io
 
     from rich.console import Console
@@ -404,14 +404,12 @@ def test_the_queue_table_names_queues_a_later_tree_dropped_while_they_had_jobs()
     assert "QueueGone" not in rendered()
     log.add("queues", QueuesApplied(tree=QueueTreeSpec.model_validate({"queues": [{"name": "a"}]})))
     assert (
-        "not in the applied tree, their pending jobs wait for it (QueueGone): b (2 pending, 0 running)"
-        in (rendered())
-    )
+        "jobs the applied tree bars (the pending ones wait for a tree that lets them in): "
+        "QueueGone: queue 'b' is not in the queue tree (2 pending, 0 running)"
+    ) in rendered()
 
 
-def test_queue_apply_warns_of_a_queue_it_drops_that_has_jobs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_queue_apply_warns_of_jobs_the_new_tree_bars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from schemas import JobSpec
     from schemas.events import JobAdmitted, QueuesApplied
     from schemas.queues import QueueTreeSpec
@@ -440,8 +438,16 @@ def test_queue_apply_warns_of_a_queue_it_drops_that_has_jobs(
     result = runner.invoke(app, ["queue", "apply", str(tree_file)])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert "queue 'b' is not in" in said and "0 running run on, 1 pending wait (QueueGone)" in said
+    assert (
+        "QueueGone: queue 'b' is not in the queue tree; 0 such job(s) running run on, 1 pending wait "
+        "until a tree lets them in"
+    ) in said
     assert [t.walk()[0][1].name for t in applied] == ["a"]  # applied all the same
+    tree_file.write_text("queues:\n  - name: a\n  - name: b\n    tenants: [ml]\n")
+    result = runner.invoke(app, ["queue", "apply", str(tree_file)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "QueueGone" not in said
+    assert "TenantBarred: tenant 't' is no longer allowed on queue 'b'; 0 such job(s) running" in said
     tree_file.write_text("queues:\n  - name: a\n  - name: b\n")
     result = runner.invoke(app, ["queue", "apply", str(tree_file)])
-    assert result.exit_code == 0 and "QueueGone" not in result.output
+    assert result.exit_code == 0 and "wait until" not in result.output

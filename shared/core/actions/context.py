@@ -343,7 +343,3 @@ QUEUE_MAX = Status(Code.UNSCHEDULABLE, "QueueMax", "its queue (or a parent) woul
 BEHIND_HEAD = Status(Code.UNSCHEDULABLE, "StrictOrder", "an earlier job does not fit (strict order)")
 BUDGET = Status(Code.UNSCHEDULABLE, "CycleBudget", "the cycle placed its most jobs; next cycle")
 DEPTH = Status(Code.UNSCHEDULABLE, "QueueDepth", "beyond the jobs a cycle looks at; a later cycle will")
-QUEUE_GONE = "QueueGone"
-"""The plugin name of a job whose queue an applied tree dropped (``actions/enqueue.py``)."""
-TENANT_BARRED = "TenantBarred"
-"""The plugin name of a job whose tenant an applied tree no longer allows on its queue."""

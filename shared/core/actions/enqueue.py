@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from shared.core.actions.context import QUEUE_GONE, TENANT_BARRED, CycleContext
+from shared.core.actions.context import CycleContext
 from shared.core.cycle import Release
 from shared.core.framework import Code, Status
 from shared.core.jobs import Job, RuntimeEstimator
@@ -85,15 +85,6 @@ def _wait_for_tree(ctx: CycleContext, kept: PendingOrder, jobs: list[Job]) -> No
             ctx.intents.append(Release(job.id, reason, ctx.now))
 
 
-def _barred(tree: QueueTree, queue: str, tenant: str) -> tuple[str, str] | None:
-    if queue not in tree.specs:
-        return QUEUE_GONE, f"queue {queue!r} is not in the queue tree"
-    for name in tree.ancestors(queue):
-        if not tree.specs[name].allows(tenant):
-            return TENANT_BARRED, f"tenant {tenant!r} is no longer allowed on queue {name!r}"
-    return None
-
-
 @dataclass
 class PendingOrder:
     """The pending jobs' demand per queue name and their order per group (a queue under fair
@@ -121,7 +112,7 @@ class PendingOrder:
         the queue or one above it does not allow its tenant (a tree applied after admission)."""
         key = (job.queue, job.tenant)
         if key not in self.barred:
-            self.barred[key] = _barred(self.queues, job.queue, job.tenant)
+            self.barred[key] = self.queues.barred(job.queue, job.tenant)
         return self.barred[key]
 
     def group(self, job: Job) -> str:
