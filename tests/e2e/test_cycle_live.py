@@ -44,6 +44,16 @@ async def start(live: LiveStack, tmp_path: Path, nodes: int) -> None:
     await live.standard(workers=1, agent=["--mode", "simulated", "--nodes", str(csv), "--speedup", "1"])
 
 
+async def reasons_until(live: LiveStack, job_id: str, prefix: str, within_s: float) -> set[str]:
+    """Every reason the workers gave for ``job_id`` waiting, until one starts with ``prefix``."""
+    said: set[str] = set()
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and not any(w.startswith(prefix) for w in said):
+        said |= {r["waiting"][job_id] for r in live.stats() if job_id in r.get("waiting", {})}
+        await asyncio.sleep(0.2)
+    return said
+
+
 async def test_a_gang_of_four_starts_whole_after_reserving_its_nodes(live: LiveStack, tmp_path: Path) -> None:
     await start(live, tmp_path, nodes=2)
     filler = [job(f"fill-{i}", seconds=6.0) for i in range(14)]  # 14 of the 16 GPUs for 6 s
@@ -53,11 +63,7 @@ async def test_a_gang_of_four_starts_whole_after_reserving_its_nodes(live: LiveS
     late = [job(f"late-{i}", seconds=30.0) for i in range(2)]  # would take the 2 free GPUs for long
     await stack.submit([gang, *late], live.settings)
     # While it waits, the worker says why (its stats file, as `tessera status` reads it).
-    said: set[str] = set()
-    deadline = time.monotonic() + 4.0
-    while time.monotonic() < deadline and not any(w.startswith("Reserved:") for w in said):
-        said |= {r["waiting"]["gang"] for r in live.stats() if "gang" in r.get("waiting", {})}
-        await asyncio.sleep(0.2)
+    said = await reasons_until(live, "gang", "Reserved:", within_s=4.0)
     assert any(w.startswith("Reserved: holds 2 node(s)") for w in said), said
     states = await live.wait_terminal(["gang", *(j.id for j in filler)], timeout=90)
     assert set(states.values()) == {"finished"}
@@ -215,11 +221,7 @@ async def test_a_job_whose_queue_a_new_tree_drops_waits_until_a_tree_brings_it_b
     await stack.submit([job("orphan", queue="b")], live.settings)
     await stack.apply_queues(QueueTreeSpec.model_validate({"queues": [{"name": "a"}]}), live.settings)
     # The node frees; placed without its queue the job would escape every quota: it waits, said why.
-    said: set[str] = set()
-    deadline = time.monotonic() + 15.0
-    while time.monotonic() < deadline and not any(w.startswith("QueueGone:") for w in said):
-        said |= {r["waiting"]["orphan"] for r in live.stats() if "orphan" in r.get("waiting", {})}
-        await asyncio.sleep(0.2)
+    said = await reasons_until(live, "orphan", "QueueGone:", within_s=15.0)
     assert any(w.startswith("QueueGone: queue 'b' is not in the queue tree") for w in said), said
     assert (await stack.wait_for(["filler"], 30, live.settings))["filler"] == "finished"
     await asyncio.sleep(1.5)  # cycles run on the free node; the job still waits
