@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shared.core.cluster import ClusterState
 from shared.core.cycle import CycleConfig, CycleResult, Place, Preempt, Reserve, Snapshot, run_cycle
 from shared.core.fragmentation import TypicalWorkload
-from shared.core.jobs import Job, Running
+from shared.core.jobs import Job, Reservation, Running
 from shared.core.plugins.order.priority_age import RequeueAt
 from shared.core.plugins.order.within import order_within
 from shared.core.queues import QueueSpec, QueueTree, vector
@@ -256,6 +256,44 @@ def _borrowing(w: World, r: Running) -> bool:
 def test_the_same_snapshot_and_seed_give_the_same_intents(w: World, seed: int) -> None:
     a, b = cycle(w, seed), cycle(w, seed)
     assert a.intents == b.intents and a.unschedulable == b.unschedulable and a.reservations == b.reservations
+
+
+@st.composite
+def barred_worlds(draw: st.DrawFn) -> tuple[World, frozenset[str]]:
+    """A world whose tree, applied after some pending jobs were admitted, bars them: their queue
+    is gone from it, or their tenant is not allowed there.  Some may hold a reservation."""
+    w = draw(worlds())
+    pending = w.snapshot.pending
+    picked = draw(st.sets(st.sampled_from([j.id for j in pending]), max_size=len(pending)))
+    moved = []
+    for j in pending:
+        if j.id in picked:
+            j = replace(j, queue="gone") if draw(st.booleans()) else replace(j, tenant="revoked")
+        moved.append(j)
+    tree = w.snapshot.queues
+    assert tree is not None
+    specs = [replace(spec, tenants=("t",)) for spec in tree.specs.values()]  # "revoked" is allowed nowhere
+    held = {
+        j.id: Reservation(j.id, (0,), since=NOW - 100.0, expected_start=NOW + 100.0, timeout_at=NOW + 5_000.0)
+        for j in moved[:1]
+        if j.id in picked and draw(st.booleans())
+    }
+    snapshot = replace(w.snapshot, pending=moved, queues=QueueTree(specs), reservations=held)
+    return World(snapshot, w.config), frozenset(picked)
+
+
+@PROPS
+@given(barred_worlds())
+def test_a_job_the_tree_bars_is_never_placed_reserved_or_preempted_for(
+    case: tuple[World, frozenset[str]],
+) -> None:
+    w, barred = case
+    result = cycle(w)
+    assert not barred & set(result.placed)
+    assert not barred & set(result.reservations)
+    assert not barred & {p.by for p in result.of(Preempt)}
+    for job_id in barred:
+        assert result.unschedulable[job_id].plugin in ("QueueGone", "TenantBarred")
 
 
 @st.composite
