@@ -44,6 +44,17 @@ async def start(live: LiveStack, tmp_path: Path, nodes: int) -> None:
     await live.standard(workers=1, agent=["--mode", "simulated", "--nodes", str(csv), "--speedup", "1"])
 
 
+async def placed(live: LiveStack, job_id: str, within_s: float = 30.0) -> None:
+    """Wait until ``job_id``'s ``JobPlaced`` is in the log."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        events = await log_of(live.settings.database_url)
+        if any(e.stream == f"job-{job_id}" and e.type == "JobPlaced" for e in events):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{job_id} was not placed within {within_s} s")
+
+
 async def reasons_until(live: LiveStack, job_id: str, prefix: str, within_s: float) -> set[str]:
     """Every reason the workers gave for ``job_id`` waiting, until one starts with ``prefix``."""
     said: set[str] = set()
@@ -210,14 +221,7 @@ async def test_a_job_whose_queue_a_new_tree_drops_waits_until_a_tree_brings_it_b
     both = QueueTreeSpec.model_validate({"queues": [{"name": "a"}, {"name": "b"}]})
     await stack.apply_queues(both, live.settings)
     await stack.submit([job("filler", gpus=8, seconds=3.0, queue="a")], live.settings)
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline:  # the filler holds the node before the orphan comes
-        if any(
-            e.stream == "job-filler" and e.type == "JobPlaced"
-            for e in await log_of(live.settings.database_url)
-        ):
-            break
-        await asyncio.sleep(0.2)
+    await placed(live, "filler")  # it holds the node before the orphan comes
     await stack.submit([job("orphan", queue="b")], live.settings)
     await stack.apply_queues(QueueTreeSpec.model_validate({"queues": [{"name": "a"}]}), live.settings)
     # The node frees; placed without its queue the job would escape every quota: it waits, said why.
@@ -232,3 +236,24 @@ async def test_a_job_whose_queue_a_new_tree_drops_waits_until_a_tree_brings_it_b
     assert (await stack.wait_for(["orphan"], 30, live.settings))["orphan"] == "finished"
     after = (await log_of(live.settings.database_url))[back:]
     assert [e.type for e in after if e.stream == "job-orphan" and e.type == "JobPlaced"] == ["JobPlaced"]
+
+
+async def test_a_job_whose_tenant_a_new_tree_revokes_waits_until_a_tree_allows_it_again(
+    live: LiveStack, tmp_path: Path
+) -> None:
+    await start(live, tmp_path, nodes=1)
+    open_tree = QueueTreeSpec.model_validate({"queues": [{"name": "a"}, {"name": "b"}]})
+    await stack.apply_queues(open_tree, live.settings)
+    await stack.submit([job("filler", gpus=8, seconds=3.0, queue="a")], live.settings)
+    await placed(live, "filler")
+    await stack.submit([job("revoked", queue="b")], live.settings)  # tenant "t", admitted
+    closed = QueueTreeSpec.model_validate({"queues": [{"name": "a"}, {"name": "b", "tenants": ["ml"]}]})
+    await stack.apply_queues(closed, live.settings)
+    said = await reasons_until(live, "revoked", "TenantBarred:", within_s=15.0)
+    assert any(w.startswith("TenantBarred: tenant 't' is no longer allowed on queue 'b'") for w in said), said
+    assert (await stack.wait_for(["filler"], 30, live.settings))["filler"] == "finished"
+    await asyncio.sleep(1.5)  # cycles run on the free node; the job still waits
+    events = await log_of(live.settings.database_url)
+    assert not [e for e in events if e.stream == "job-revoked" and e.type == "JobPlaced"]
+    await stack.apply_queues(open_tree, live.settings)
+    assert (await stack.wait_for(["revoked"], 30, live.settings))["revoked"] == "finished"
