@@ -21,7 +21,10 @@ def summary(kind: str, data: Mapping[str, Any], admitted_at: float | None = None
     if kind == "JobAdmitted":
         spec = d.get("spec", {})
         queue, tenant = spec.get("queue", "default"), spec.get("tenant")
-        said = f"queue {queue}, tenant {tenant}, {spec.get('replicas', 1)} replica(s)"
+        kind_of = spec.get("workload", "training")  # labels, name too: shown here, not used to decide
+        said = f"queue {queue}, tenant {tenant}, {kind_of}, {spec.get('replicas', 1)} replica(s)"
+        if spec.get("name"):
+            said = f"{spec['name']!r}: {said}"
         promoted = d.get("promoted_class")
         return f"{said}, class {promoted} (the queue's large-jobs rule)" if promoted else said
     if kind == "JobRejected":

@@ -129,8 +129,11 @@ def test_describe_says_each_event_in_a_line_and_shows_an_unknown_one_as_its_fiel
     failed = {"task": 1, "node": "n3", "exit_code": 137, "reason": "OOM"}
     assert summary("JobFailed", failed) == "task 1 on n3: exit 137 OOM"
     assert summary("SomethingNew", {"type": "SomethingNew", "job_id": "j", "x": 1}) == "x=1"
-    admitted = {"spec": {"queue": "nlp", "tenant": "t", "replicas": 4}, "promoted_class": None}
-    assert summary("JobAdmitted", admitted) == "queue nlp, tenant t, 4 replica(s)"
+    spec = {"queue": "nlp", "tenant": "t", "replicas": 4, "workload": "inference"}
+    admitted = {"spec": spec, "promoted_class": None}
+    assert summary("JobAdmitted", admitted) == "queue nlp, tenant t, inference, 4 replica(s)"
+    named = {**admitted, "spec": {**spec, "name": "llama serving"}}
+    assert summary("JobAdmitted", named) == "'llama serving': queue nlp, tenant t, inference, 4 replica(s)"
     assert summary("JobAdmitted", {**admitted, "promoted_class": "high"}).endswith(
         ", class high (the queue's large-jobs rule)"
     )
