@@ -769,8 +769,13 @@ app.add_typer(queue_app, name="queue")
 @queue_app.command("apply")
 def queue_apply(
     tree_file: Annotated[Path, typer.Argument(help="YAML queue tree (kind: QueueTree)")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate and say which jobs the tree would bar; apply nothing")
+    ] = False,
 ) -> None:
-    """Validate a queue tree and produce it to Kafka; admission stores it as ``QueuesApplied``."""
+    """Validate a queue tree and produce it to Kafka; admission stores it as ``QueuesApplied``.
+    The tree replaces the last one whole; what it would bar (jobs of queues it leaves out, of
+    tenants it no longer allows) is said first."""
 
     import yaml
     from pydantic import ValidationError
@@ -799,6 +804,9 @@ def queue_apply(
             f"[yellow]{tree_file}: {why}; {running} such job(s) running run on, {pending} pending "
             "wait until a tree lets them in[/yellow]"
         )
+    if dry_run:
+        console.print(f"{tree_file}: valid, {len(tree.walk())} queue(s); not applied (--dry-run)")
+        return
     run_reaching(stack.apply_queues(tree), "applying the queue tree", console)
     console.print(f"applied {len(tree.walk())} queue(s) from {tree_file}")
 

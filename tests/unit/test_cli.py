@@ -443,6 +443,9 @@ def test_queue_apply_warns_of_jobs_the_new_tree_bars(tmp_path: Path, monkeypatch
         "until a tree lets them in"
     ) in said
     assert [t.walk()[0][1].name for t in applied] == ["a"]  # applied all the same
+    dry = runner.invoke(app, ["queue", "apply", "--dry-run", str(tree_file)])
+    assert dry.exit_code == 0 and "QueueGone: queue 'b'" in " ".join(dry.output.split())
+    assert "not applied (--dry-run)" in dry.output and len(applied) == 1
     tree_file.write_text("queues:\n  - name: a\n  - name: b\n    tenants: [ml]\n")
     result = runner.invoke(app, ["queue", "apply", str(tree_file)])
     said = " ".join(result.output.split())
