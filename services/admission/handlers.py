@@ -62,10 +62,10 @@ class QueuePolicy:
                 f"{sorted(q for q in tree.leaves if spec.queue in tree.ancestors(q))}"
             )
         # A parent's tenant list bounds its whole subtree, as its max does.
-        for name in tree.ancestors(spec.queue):
-            if not tree.specs[name].allows(spec.tenant):
-                where = "" if name == spec.queue else f" (queue {name!r}, above it, does not allow it)"
-                return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}{where}"
+        name = tree.refusing(spec.queue, spec.tenant)
+        if name is not None:
+            where = "" if name == spec.queue else f" (queue {name!r}, above it, does not allow it)"
+            return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}{where}"
         need = demand_of(task_shape(spec), spec.min_replicas)
         for name in tree.ancestors(spec.queue):
             cap = tree.specs[name].max

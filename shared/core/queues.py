@@ -134,17 +134,33 @@ class QueueTree:
         if missing:
             raise ValueError(f"queues {sorted(missing)} form a cycle")
 
+    def refusing(self, queue: str, tenant: str) -> str | None:
+        """The nearest of ``queue`` and the queues above it that does not allow ``tenant`` (a
+        parent's list bounds its whole subtree), else None."""
+        return next((a for a in self.ancestors(queue) if not self.specs[a].allows(tenant)), None)
+
     def barred(self, queue: str, tenant: str) -> tuple[str, str] | None:
         """(plugin, why) where this tree keeps a job of ``tenant`` in ``queue`` from running, else
         None: the queue is not in the tree (``QueueGone``), or it or a queue above it does not
         allow the tenant (``TenantBarred``).  Admission refuses such a job; one admitted under an
-        earlier tree waits for a tree that lets it in."""
+        earlier tree waits for a tree that lets it in.  Kept per pair (the cycle asks for every
+        pending job it counts; a tree is never changed after it is built)."""
+        key = (queue, tenant)
+        if key not in self._barred:
+            self._barred[key] = self._bar(queue, tenant)
+        return self._barred[key]
+
+    def _bar(self, queue: str, tenant: str) -> tuple[str, str] | None:
         if queue not in self.specs:
             return QUEUE_GONE, f"queue {queue!r} is not in the queue tree"
-        for name in self.ancestors(queue):
-            if not self.specs[name].allows(tenant):
-                return TENANT_BARRED, f"tenant {tenant!r} is no longer allowed on queue {name!r}"
-        return None
+        refusing = self.refusing(queue, tenant)
+        if refusing is None:
+            return None
+        return TENANT_BARRED, f"tenant {tenant!r} is no longer allowed on queue {refusing!r}"
+
+    @cached_property
+    def _barred(self) -> dict[tuple[str, str], tuple[str, str] | None]:
+        return {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.specs

@@ -108,15 +108,11 @@ def outside_tree(view: ClusterView, tree: QueueTreeSpec | None = None) -> dict[s
     if spec is None:
         return {}
     core = queue_tree(spec)
-    verdicts: dict[tuple[str, str], tuple[str, str] | None] = {}
     out: dict[str, list[int]] = {}
     for ids, k in ((view.pending_ids(), 0), (view.active_ids(), 1)):
         for job_id in ids:
             job = view.jobs[job_id].spec
-            key = (job.queue, job.tenant)
-            if key not in verdicts:
-                verdicts[key] = core.barred(*key)
-            found = verdicts[key]
+            found = core.barred(job.queue, job.tenant)
             if found is not None:
                 out.setdefault(f"{found[0]}: {found[1]}", [0, 0])[k] += 1
     return {why: (p, r) for why, (p, r) in sorted(out.items())}

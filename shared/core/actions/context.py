@@ -110,26 +110,29 @@ class CycleContext:
 
     def within_max(self, job: Job, replicas: int) -> bool:
         """Whether ``replicas`` more tasks keep the job's queue and its ancestors within ``max``."""
-        q = self.queue_of(job)
-        if not q or q not in self._capped:
-            return True
-        extra = demand_of(job.shape, replicas)
-        totals = self.queues.subtree_totals({k: np.array(v) for k, v in self.usage.items()})
-        for name in self.queues.ancestors(q):
-            if bool((totals[name] + extra > self.queues.specs[name].max + 1e-9).any()):
-                return False
-        return True
+        return self._over_max(job, replicas, with_usage=True) is None
 
     def above_max_alone(self, job: Job, replicas: int) -> str | None:
         """The queue (its own or an ancestor) whose ``max`` ``replicas`` tasks of the job exceed
         even with nothing else running: a tree applied after the job was admitted lowered it, so
         the job waits for a tree that raises it, not for room."""
+        return self._over_max(job, replicas, with_usage=False)
+
+    def _over_max(self, job: Job, replicas: int, with_usage: bool) -> str | None:
+        """The nearest of the job's queue and its ancestors that ``replicas`` more tasks take past
+        its ``max`` (counting what the queues hold, or not), else None."""
         q = self.queue_of(job)
         if not q or q not in self._capped:
             return None
         extra = demand_of(job.shape, replicas)
+        totals = (
+            self.queues.subtree_totals({k: np.array(v) for k, v in self.usage.items()})
+            if with_usage
+            else None
+        )
         for name in self.queues.ancestors(q):
-            if bool((extra > self.queues.specs[name].max + 1e-9).any()):
+            need = extra if totals is None else totals[name] + extra
+            if bool((need > self.queues.specs[name].max + 1e-9).any()):
                 return name
         return None
 

@@ -104,16 +104,11 @@ class PendingOrder:
     counts: dict[str, int] = field(default_factory=dict)
     keys: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
     members: dict[str, list[Job]] = field(default_factory=dict)
-    barred: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
     held: int = 0  # pending jobs the tree bars (kept in the order, offered to no one)
 
     def bar(self, job: Job) -> tuple[str, str] | None:
-        """(plugin, why) where the tree bars the job, else None: its queue is not in the tree, or
-        the queue or one above it does not allow its tenant (a tree applied after admission)."""
-        key = (job.queue, job.tenant)
-        if key not in self.barred:
-            self.barred[key] = self.queues.barred(job.queue, job.tenant)
-        return self.barred[key]
+        """(plugin, why) where the tree bars the job (``QueueTree.barred``), else None."""
+        return self.queues.barred(job.queue, job.tenant)
 
     def group(self, job: Job) -> str:
         if not self.fair_share:
