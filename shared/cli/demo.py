@@ -274,7 +274,7 @@ async def run_live(
                         used = q.used_gpu - (el_gpus if el is not None and el.spec.queue == q.name else 0.0)
                         live.gpu_s[q.name] = live.gpu_s.get(q.name, 0.0) + used
             if sending.done() and busiest is None:
-                busiest = queue_table(view)  # type: ignore[assignment]
+                busiest = queue_table(view, console.width)  # type: ignore[assignment]
                 deadline = time.time() + settle_s
             ended = sum(1 for j in ids if j in view.jobs and view.jobs[j].status.terminal)
             gang = view.jobs.get(gang_id)

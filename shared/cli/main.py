@@ -580,12 +580,16 @@ def status(jobs: Annotated[int, typer.Option(help="how many recent jobs to list"
             "NotReady" if not c.ready else ("drained" if c.drained else "draining" if c.drain else "cordoned")
         )
         console.print(f"[yellow]node {name}: {what}[/yellow]")
-    console.print(queue_table(view))
+    console.print(queue_table(view, console.width))
     why, kinds = stack.waiting_reasons(Settings().stats_dir)
     recent = Table(title=f"latest {jobs} jobs ({view.admitted} admitted, {len(rejections)} rejected)")
-    for col in ("job", "tenant", "queue", "state", "nodes or why it waits"):
+    latest = sorted(view.jobs.values(), key=lambda r: -r.admitted_at)[:jobs]
+    for col in ("job", "tenant", "queue"):  # ids and names whole: an operator types them back
+        width = max((len(getattr(r.spec, col if col != "job" else "id")) for r in latest), default=0)
+        recent.add_column(col, no_wrap=True, min_width=max(len(col), min(width, 40)))
+    for col in ("state", "nodes or why it waits"):
         recent.add_column(col)
-    for record in sorted(view.jobs.values(), key=lambda r: -r.admitted_at)[:jobs]:
+    for record in latest:
         where = ",".join(sorted({b.node for b in record.bindings}))
         if record.state == "pending":
             where = why.get(record.spec.id, stack.NOT_LOOKED_AT)
@@ -715,50 +719,71 @@ def demo(
         console.print("services stopped (PostgreSQL and Kafka keep running: tessera infra down)")
 
 
-def queue_table(view: object) -> object:
-    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs), job counts, and,
-    where any queue sets them, the wait after which their jobs may preempt lower-priority work
-    anywhere and the class their large jobs run at least at (inherited values shown as is)."""
+def queue_table(view: object, width: int = 80) -> object:
+    """Queues with guarantee, max, deserved share, usage and borrowing (GPUs) and job counts;
+    under it, the queues' rules (the wait after which their jobs may preempt lower-priority work
+    anywhere, the class their large jobs run at least at; inherited values count as the
+    queue's) and the jobs the applied tree bars.  ``width``: the terminal's columns."""
+    from rich import box
     from rich.table import Table
 
     from shared.state.fold import ClusterView
     from shared.state.queue_usage import outside_tree, queue_usage
 
     assert isinstance(view, ClusterView)
-    table = Table(title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"))
+    # No inner borders, and the rules below the table rather than in columns, so that every
+    # column stays whole on an 80-column terminal (rich would drop or cut those without room).
+    table = Table(
+        title="queues (GPUs)" + ("" if view.queues is not None else ": none applied, open queues"),
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    queues = queue_usage(view)
+    depth = {"root": -1}
+    rows: list[list[str]] = []
+    rules: dict[str, list[str]] = {}
+    for q in queues:
+        depth[q.name] = depth.get(q.parent, -1) + 1
+        rows.append(
+            [
+                "  " * depth[q.name] + q.name,
+                f"{q.guarantee_gpu:g}",
+                "∞" if q.max_gpu == float("inf") else f"{q.max_gpu:g}",
+                f"{q.deserved_gpu:.1f}",
+                f"{q.used_gpu:.1f}",
+                f"{q.borrowed_gpu:.1f}",
+                str(q.pending),
+                str(q.running),
+            ]
+        )
+        if q.preempt_after_s is not None:
+            rule = f"jobs waiting {duration_text(q.preempt_after_s)} may preempt lower-priority work"
+            rules.setdefault(rule, []).append(q.name)
+        if q.large_jobs is not None:
+            rule = f"jobs of >= {q.large_jobs.min_gpus:g} GPUs run at least at {q.large_jobs.priority_class}"
+            rules.setdefault(rule, []).append(q.name)
+    columns = ["queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"]
+    widths = [max([len(col), *(len(row[i]) for row in rows)]) for i, col in enumerate(columns)]
+    # Queue names whole (an operator types them back): folded onto a second line, never cut,
+    # where the figures leave them too little room.
+    room = width - sum(widths[1:]) - 2 * (len(columns) - 1)  # a blank rule and one space
+    table.add_column("queue", overflow="fold", width=max(len("queue"), min(widths[0], room)))
+    for col, w in zip(columns[1:], widths[1:], strict=True):
+        table.add_column(col, justify="right", no_wrap=True, width=w)
+    for row in rows:
+        table.add_row(*row)
+    lines = [f"{rule}: {', '.join(names)}" for rule, names in rules.items()]
     barred = outside_tree(view)
     if barred:
         listed = "; ".join(f"{why} ({p} pending, {r} running)" for why, (p, r) in barred.items())
-        table.caption = (
+        lines.append(
             f"jobs the applied tree bars (the pending ones wait for a tree that lets them in): {listed}"
         )
-    queues = queue_usage(view)
-    columns = ["queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"]
-    # Columns no queue sets are left out: they would only narrow the others on a terminal.
-    after = any(q.preempt_after_s is not None for q in queues)
-    large = any(q.large_jobs is not None for q in queues)
-    columns += ["preempt after"] * after + ["large jobs"] * large
-    for col in columns:
-        table.add_column(col, justify="left" if col == "queue" else "right")
-    depth = {"root": -1}
-    for q in queues:
-        depth[q.name] = depth.get(q.parent, -1) + 1
-        row = [
-            "  " * depth[q.name] + q.name,
-            f"{q.guarantee_gpu:g}",
-            "∞" if q.max_gpu == float("inf") else f"{q.max_gpu:g}",
-            f"{q.deserved_gpu:.1f}",
-            f"{q.used_gpu:.1f}",
-            f"{q.borrowed_gpu:.1f}",
-            str(q.pending),
-            str(q.running),
-        ]
-        if after:
-            row.append("—" if q.preempt_after_s is None else duration_text(q.preempt_after_s))
-        if large:
-            rule = q.large_jobs
-            row.append("—" if rule is None else f"≥{rule.min_gpus:g} GPUs: {rule.priority_class}")
-        table.add_row(*row)
+    if lines:
+        table.caption = "\n".join(lines)
+        table.caption_justify = "left"
     return table
 
 
@@ -818,7 +843,7 @@ def queue_show() -> None:
     from shared.cli import stack
 
     view, _ = run_reaching(stack.read_view(), "reading the cluster's state", console)
-    console.print(queue_table(view))
+    console.print(queue_table(view, console.width))
 
 
 @app.command()

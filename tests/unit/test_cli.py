@@ -352,7 +352,7 @@ def test_a_large_class_and_preempt_after_are_checked_and_act_only_in_a_timeline(
     assert summary["notes"]["promoted_jobs"] == 1
 
 
-def test_the_queue_table_shows_preempt_after_and_large_jobs_only_where_a_queue_sets_them() -> None:
+def test_the_queue_table_keeps_names_and_columns_whole_at_80_columns_and_says_the_rules_below() -> None:
     import io
 
     from rich.console import Console
@@ -365,14 +365,23 @@ def test_the_queue_table_shows_preempt_after_and_large_jobs_only_where_a_queue_s
         view = ClusterView()
         view.queues = QueueTreeSpec.model_validate(tree)
         out = io.StringIO()
-        Console(file=out, width=200).print(queue_table(view))
-        return out.getvalue()
+        Console(file=out, width=80).print(queue_table(view, 80))
+        return "\n".join(" ".join(line.split(" ")) for line in out.getvalue().splitlines())
 
     rule = {"min-gpus": 8, "priority-class": "high"}
-    text = rendered({"queues": [{"name": "org", "large-jobs": rule, "children": [{"name": "a"}]}]})
-    assert "large jobs" in text and "preempt after" not in text
-    assert text.count("≥8 GPUs: high") == 2  # org's own and a's, inherited
-    assert "large jobs" not in rendered({"queues": [{"name": "a"}]})
+    child = {"name": "vision-research", "preempt-after": "24h"}
+    text = rendered({"queues": [{"name": "organisation", "large-jobs": rule, "children": [child]}]})
+    header = ["queue", "guarantee", "max", "deserved", "used", "borrowed", "pending", "running"]
+    assert header in [line.split() for line in text.splitlines()] and "…" not in text
+    assert "\norganisation " in text and "\n  vision-research " in text  # whole, indented under its parent
+    # The parent's class is inherited: listed for both; the child's own wait for the child only.
+    assert "jobs of >= 8 GPUs run at least at high: organisation, vision-research" in text
+    assert "jobs waiting 24h may preempt lower-priority work: vision-research" in text
+    # A name too long for the line is folded, never cut, and every figure's column stays.
+    text = rendered({"queues": [{"name": "a-rather-long-team-queue-name"}]})
+    assert header in [line.split() for line in text.splitlines()] and "…" not in text
+    assert "a-rather-long-team-queue-name" in "".join(line.split(" ")[0] for line in text.splitlines())
+    assert "run at least" not in rendered({"queues": [{"name": "a"}]})
 
 
 def test_the_queue_table_names_jobs_the_applied_tree_bars() -> None:

@@ -38,10 +38,34 @@ def test_the_example_tree_does_what_its_comments_say() -> None:
     folder = EXAMPLES[0].parent
     tree = queue_tree(QueueTreeSpec.model_validate(yaml.safe_load((folder / "queues.yaml").read_text())))
     day, rule = 86400.0, LargeJobRule(8, "high")
-    assert tree.preempt_after_s == {"research": day, "nlp": day, "vision": day, "inference": None}
-    assert tree.large_jobs == {"research": rule, "nlp": rule, "vision": rule, "inference": None}
+    assert tree.preempt_after_s == {
+        "research": day,
+        "nlp": day,
+        "vision": day,
+        "inference": None,
+        "default": None,
+    }
+    assert tree.large_jobs == {
+        "research": rule,
+        "nlp": rule,
+        "vision": rule,
+        "inference": None,
+        "default": None,
+    }
     # The example gang (32 GPUs, queue nlp) asks for high already; as normal it would be raised.
     gang = JobSpec.model_validate(yaml.safe_load((folder / "gang-train.yaml").read_text()))
     assert admitted_priority(tree, gang) == (100, None)
     as_normal = gang.model_copy(update={"priority_class": None, "priority": 0})
     assert admitted_priority(tree, as_normal) == (100, rule)
+
+
+def test_the_example_tree_admits_every_example_job() -> None:
+    """The README's walk-through applies the tree, then submits the jobs: none may be refused."""
+    folder = EXAMPLES[0].parent
+    tree = queue_tree(QueueTreeSpec.model_validate(yaml.safe_load((folder / "queues.yaml").read_text())))
+    jobs = [
+        JobSpec.model_validate(b) for p in EXAMPLES if (b := yaml.safe_load(p.read_text()))["kind"] == "Job"
+    ]
+    assert len(jobs) >= 2
+    for job in jobs:
+        assert tree.barred(job.queue, job.tenant) is None, job.id
