@@ -26,9 +26,8 @@ from shared.core.queues import QueueTree
 from shared.eventstore import ANY_VERSION, ConcurrencyError, EventStore, NewEvent
 from shared.eventstore.retry import until_available
 from shared.state.fold import ClusterView, job_state
-from shared.state.wire import job_stream, node_stream, queue_tree
+from shared.state.wire import QUEUES_STREAM, job_stream, node_stream, queue_tree
 
-QUEUES_STREAM = "queues"
 QUEUES_REJECTED = "rejected-apply-queues"  # trees the core refused, each a CommandRejected
 
 log = logging.getLogger("tessera.admission")

@@ -42,10 +42,11 @@ from schemas.events import (
 from shared.core.cluster import BoolArray, Placement
 from shared.core.cycle import CycleConfig, Place, Preempt, Release, Reserve, Resize, Snapshot, run_cycle
 from shared.core.framework import Status
+from shared.core.queues import QueueTree
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
 from shared.state.snapshot import SnapshotBuilder
-from shared.state.wire import job_stream, node_stream
+from shared.state.wire import QUEUES_STREAM, job_stream, node_stream, quota_stream
 
 
 @dataclass
@@ -69,6 +70,20 @@ class Unit:
         for node in sorted(versions):
             self.events.append(_event(node_stream(node), event))
             self.expected[node_stream(node)] = versions[node]
+
+    def charge(self, view: ClusterView, tree: QueueTree | None, queue: str, event: object) -> None:
+        """``event`` adds to ``queue``'s usage: a copy on the quota stream of the queue and of
+        every queue above it that has a ``max``, expecting the version the view read, and the
+        queue tree expected at the version read.  Two workers that each saw room under a max
+        then conflict instead of passing it together (they plan on their own views), and a
+        placement planned under a tree since replaced is planned again."""
+        self.expected.setdefault(QUEUES_STREAM, view.version(QUEUES_STREAM))
+        if tree is None:
+            return
+        for limiting in tree.limiting(queue):
+            stream = quota_stream(limiting)
+            self.events.append(_event(stream, event))
+            self.expected.setdefault(stream, view.version(stream))
 
     def ask(self, view: ClusterView, victim: str, request: PreemptionRequested) -> None:
         """A victim's request (an eviction or a shrink): appended with its preemptor's unit."""
@@ -180,6 +195,7 @@ def plan(
             u.placed = True
             u.on_job(view, intent.job, placed)
             u.on_nodes(versions, placed)
+            u.charge(view, snapshot.queues, record.spec.queue, placed)
         elif isinstance(intent, Reserve):
             r = intent.reservation
             event = JobReserved(
@@ -236,6 +252,7 @@ def plan(
             u = unit(intent.job)
             u.on_job(view, intent.job, grow)
             u.on_nodes(versions, grow)
+            u.charge(view, snapshot.queues, record.spec.queue, grow)
     actionable = snapshot.actionable
     waiting = {
         job: status for job, status in result.unschedulable.items() if actionable is None or job in actionable

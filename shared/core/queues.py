@@ -168,6 +168,12 @@ class QueueTree:
     def __len__(self) -> int:
         return len(self.specs)
 
+    def limiting(self, name: str) -> list[str]:
+        """Of ``name`` and the queues above it, those that set a ``max``, nearest first."""
+        if name not in self.capped:
+            return []
+        return [a for a in self.ancestors(name) if bool(np.isfinite(self.specs[a].max).any())]
+
     def ancestors(self, name: str) -> list[str]:
         """``name`` and every queue above it, nearest first (the root excluded)."""
         out = []

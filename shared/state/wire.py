@@ -56,6 +56,18 @@ def node_stream(node: str) -> str:
     return f"node-{node}"
 
 
+QUEUES_STREAM = "queues"
+"""The stream of ``QueuesApplied``: every placement expects the version its tree was read at, so
+one planned under a tree since replaced is planned again under the new one."""
+
+
+def quota_stream(queue: str) -> str:
+    """A copy of every placement and growth that adds to ``queue``'s usage, for a queue with a
+    ``max``: placement workers plan on their own views, and two that each saw room under the max
+    would together pass it; each expects the version it read, so the second append fails."""
+    return f"quota-{queue}"
+
+
 def core_job(record: JobRecord) -> Job:
     """A folded job as the scheduling cycle sees it (times are epoch seconds)."""
     spec = record.spec

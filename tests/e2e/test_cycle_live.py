@@ -17,6 +17,7 @@ from loadtests.live_stack import LiveStack, log_of
 from schemas import JobSpec
 from schemas.queues import QueueTreeSpec
 from shared.cli import stack
+from shared.state.fold import ClusterView
 
 pytestmark = pytest.mark.integration
 
@@ -212,6 +213,28 @@ async def test_an_over_quota_submission_is_rejected_and_changes_nothing_else(
     events = (await log_of(live.settings.database_url))[before:]
     assert not [e for e in events if e.stream == "job-big"]
     assert [e.type for e in events if e.stream == "rejected-big"] == ["JobRejected"]
+
+
+async def test_two_placement_workers_never_pass_a_parent_queues_max_together(
+    live: LiveStack, tmp_path: Path
+) -> None:
+    """Each worker plans on its own view and prefers its own half of the nodes: without the
+    quota stream, two that each saw room under the max placed on different nodes at once (a
+    max of 4 GPUs reached 7 held)."""
+    csv = nodes_csv(tmp_path, 4)
+    await live.standard(workers=2, agent=["--mode", "simulated", "--nodes", str(csv), "--speedup", "1"])
+    tree = {"queues": [{"name": "org", "max": {"nvidia.com/gpu": 4}, "children": [{"name": "a"}]}]}
+    await stack.apply_queues(QueueTreeSpec.model_validate(tree), live.settings)
+    jobs = [job(f"c-{i}", seconds=0.5 + (i % 5) / 5, queue="a") for i in range(100)]
+    await stack.submit(jobs, live.settings)
+    states = await stack.wait_for([j.id for j in jobs], 120, live.settings)
+    assert set(states.values()) == {"finished"}
+    view, peak = ClusterView(), 0
+    for e in await log_of(live.settings.database_url):
+        view.apply(e)
+        if e.type == "JobPlaced" and e.stream.startswith("job-"):
+            peak = max(peak, sum(len(r.bindings) for r in view.jobs.values() if r.status.active))
+    assert peak == 4  # the max is reached, never passed
 
 
 BARRING_TREES = {

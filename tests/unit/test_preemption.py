@@ -436,7 +436,8 @@ def _grow_requested() -> Log:
         ("node-b", "JobGrowRequested"),
     ]
     for events, expected, _ in decision.chunks(50):
-        assert expected == {"job-el": log.versions["job-el"], "node-b": log.versions["node-b"]}
+        # and the queue tree's stream as read (none applied: no stream yet)
+        assert expected == {"job-el": log.versions["job-el"], "node-b": log.versions["node-b"], "queues": 0}
         for e in events:
             log.append_raw(e.stream, e.data)
     return log
