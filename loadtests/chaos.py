@@ -1,7 +1,7 @@
 """Chaos: kill services and crash the servers at random while jobs flow, then check the log.
 
 The whole stack runs as processes (relay, admission, preemption, two placement workers, a
-simulated agent on 60 openb nodes) on a database and topic prefix of its own.  Trace jobs are
+simulated agent on 60 openb nodes, 20 with the mix) on a database and topic prefix of its own.  Trace jobs are
 submitted in chunks at ``--rate`` for ``--seconds``; meanwhile, every few seconds (seeded), one
 fault strikes:
 
@@ -19,13 +19,19 @@ task started or ended twice, none started and never ended (a stop is an end), no
 exited but those killed, and a replay of the whole log (the cluster model refuses any
 over-commit) that takes no GPU twice and ends with every GPU free.
 
+With ``--mix`` (the default) the jobs are the scheduling mix of ``loadtests/chaos_mix.py``:
+three queues, one parent under a ``max`` that a second tree lowers halfway through, priority
+classes whose jobs evict best-effort work, gangs and elastic jobs; the checks then add
+``max_passed`` and ``placed_short``, and ``placed_not_once`` counts placements per attempt (an
+evicted job is placed again in its next attempt).
+
 Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``cancels_sent``, ``cancelled``,
 ``cancelled_running``, ``rejected``, ``lost``, ``admitted_not_once``, ``placed_not_once``,
 ``tasks_started_twice``, ``tasks_ended_twice``, ``tasks_never_ended``, ``replay_error``,
 ``services_exited``.  Exit status 1 if any from ``lost`` on is not 0 (or a replay failed).
 
     .venv/bin/python loadtests/chaos.py [--seconds 120] [--rate 10] [--seed 1] [--servers]
-                                        [--cancel-share 0.05]
+                                        [--cancel-share 0.05] [--mix | --no-mix]
 """
 
 from __future__ import annotations
@@ -51,16 +57,24 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from loadtests import chaos_mix
 from loadtests.live_stack import TRACES, LiveStack, delivery_faults, log_of, trace_specs
 from schemas import CancelJob, JobSpec
 from shared.cli import stack
 from shared.settings import Settings
+from shared.sim.trace import load_nodes
 from shared.state.fold import TERMINAL, ClusterView
 from tests.conftest import create_database, drop_database
 from tests.servers import crash, own_servers, restart
 
 NODES = str(TRACES / "openb_node_list_gpu_node.csv")
-AGENT = ["--mode", "simulated", "--nodes", NODES, "--limit", "60", "--speedup", "500"]
+NODE_COUNT = 60
+MIX_NODE_COUNT = 20  # with the mix's longer run times, a third of the nodes keeps them busy
+
+
+def agent(nodes: int, speedup: float) -> list[str]:
+    """The simulated agent's arguments: ``speedup`` divides the run times the specs declare."""
+    return ["--mode", "simulated", "--nodes", NODES, "--limit", str(nodes), "--speedup", str(speedup)]
 
 
 @dataclass
@@ -102,6 +116,14 @@ async def submit(live: LiveStack, jobs: list[JobSpec], rate: float, run: Run) ->
         run.submitted += part
         await asyncio.sleep(max(0.0, began + start / rate + 1.0 - time.monotonic()))
     run.submitting = False
+
+
+async def change_tree(live: LiveStack, gpus: int, seconds: float) -> None:
+    """The mix's second tree, halfway through: ``research``'s max lowered (sent again until
+    Kafka and PostgreSQL take it)."""
+    await asyncio.sleep(seconds / 2)
+    lowered = chaos_mix.tree(gpus, chaos_mix.RESEARCH_MAX_LATER)
+    await _sent(functools.partial(stack.apply_queues, lowered, live.settings))
 
 
 async def cancel(live: LiveStack, share: float, seed: int, run: Run) -> None:
@@ -168,15 +190,28 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
     # Leases shorter than a server outage: a Kafka outage must not be taken for lost nodes.
     live.env.update(TESSERA_HEARTBEAT_S="1", TESSERA_LEASE_S="6", TESSERA_REQUEUE_AFTER_S="1")
     run = Run()
-    jobs = trace_specs(round(args.rate * args.seconds), 500, uuid.uuid4().hex[:6])
+    nodes = MIX_NODE_COUNT if args.mix else NODE_COUNT
+    gpus = sum(n.gpu_count for n in load_nodes(Path(NODES))[:nodes])
+    if args.mix:
+        # Run times 500x shorter than the trace's, as without the mix, but declared so (the agent
+        # runs them as declared) and at most 30 s, on a third of the nodes: the cluster fills,
+        # so high-priority jobs wait and evict, gangs reserve, queues meet their max.
+        jobs = trace_specs(round(args.rate * args.seconds), 500, uuid.uuid4().hex[:6], longest_s=30.0)
+        jobs = [chaos_mix.mixed(j, args.seed) for j in jobs]
+        live.env.update(chaos_mix.PREEMPTION_ENV)
+    else:
+        jobs = trace_specs(round(args.rate * args.seconds), 500, uuid.uuid4().hex[:6])
     try:
         with console.status("starting the stack"):
-            await live.standard(workers=2, agent=AGENT)
+            await live.standard(workers=2, agent=agent(nodes, 1.0 if args.mix else 500.0))
+            if args.mix:
+                await stack.apply_queues(chaos_mix.tree(gpus, chaos_mix.RESEARCH_MAX), live.settings)
         with Progress(console=console) as progress:
             await asyncio.gather(
                 submit(live, jobs, args.rate, run),
                 chaos(live, args.seconds, args.seed, servers, run, progress),
                 cancel(live, args.cancel_share, args.seed, run),
+                *([change_tree(live, gpus, args.seconds)] if args.mix else []),
             )
         ids = [j.id for j in run.submitted]
         with console.status(f"waiting for {len(ids)} jobs to end"):
@@ -190,6 +225,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
                 replay_error = "GPUs still held at the end"
         except Exception as exc:  # the cluster model refuses an over-commit
             replay_error = repr(exc)
+        mix = chaos_mix.mix_faults(events)
         outcome = collections.Counter(states.values())
         exited = {n: p.returncode for n, p in live.procs.items() if p.returncode is not None}
         return {
@@ -201,7 +237,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
             "cancelled": outcome.get("cancelled", 0),
             # Of those, how many held resources when the cancel came (stopped as an eviction).
             "cancelled_running": len({e.stream for e in events if e.type == "CancelRequested"}),
-            # Rejected is an answer (a pod too large for the 60 nodes is ``impossible``); lost
+            # Rejected is an answer (a pod too large for the nodes is ``impossible``); lost
             # is a job accepted by Kafka that never reached an end.
             "rejected": sum(n for state, n in outcome.items() if state.startswith("rejected")),
             "lost": sum(
@@ -212,8 +248,25 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
             "states": dict(outcome),
             **{
                 k: v
-                for k, v in delivery_faults(events, ids, may_be_unplaced=run.cancels).items()
+                # A rejected job (a pod too large for the nodes is ``impossible``) is neither
+                # admitted nor placed: the checks are of the jobs admission accepted.
+                for k, v in delivery_faults(
+                    events,
+                    [j for j in ids if not states[j].startswith("rejected")],
+                    may_be_unplaced=run.cancels,
+                    per_attempt=args.mix,
+                ).items()
                 if k != "tasks_started"
+            },
+            "max_passed": mix.max_passed,
+            "placed_short": mix.placed_short,
+            "mix": {
+                "gangs_placed": mix.gangs,
+                "elastic_placed": mix.elastic,
+                "placements_under_a_max": mix.max_checked,
+                "evictions": sum(1 for e in events if e.type == "JobPreempted"),
+                "shrinks": sum(1 for e in events if e.type == "JobResized"),
+                "trees_applied": sum(1 for e in events if e.type == "QueuesApplied"),
             },
             "replay_error": replay_error,
             "services_exited": len(exited),
@@ -243,6 +296,12 @@ def main() -> None:
     parser.add_argument(
         "--cancel-share", type=float, default=0.05, help="share of the jobs cancelled soon after submission"
     )
+    parser.add_argument(
+        "--mix",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="queues with a max (lowered halfway), priorities, gangs, elastic jobs (loadtests/chaos_mix.py)",
+    )
     args = parser.parse_args()
     console = Console(width=120)
     r = asyncio.run(main_async(args, console))
@@ -263,10 +322,14 @@ def main() -> None:
         "tasks_ended_twice",
         "tasks_never_ended",
         "services_exited",
+        "max_passed",
+        "placed_short",
     ]
     shown = ("finished", "cancels_sent", "cancelled", "cancelled_running", "rejected")
     for key in (*shown, *bad, "replay_error", "resent_chunks"):
         checks.add_row(key, str(r[key]) or "none")
+    for key, value in r["mix"].items():  # type: ignore[attr-defined]
+        checks.add_row(f"mix: {key}", str(value))
     console.print(checks)
     print(json.dumps(r))
     if any(r[k] for k in bad) or r["replay_error"]:

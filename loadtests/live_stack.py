@@ -170,10 +170,14 @@ async def log_of(database: str) -> list[RecordedEvent]:
 
 
 def delivery_faults(
-    events: list[RecordedEvent], jobs: list[str], may_be_unplaced: Collection[str] = ()
+    events: list[RecordedEvent],
+    jobs: list[str],
+    may_be_unplaced: Collection[str] = (),
+    per_attempt: bool = False,
 ) -> dict[str, int]:
     """What breaks "exactly once" in a log, counted: jobs admitted or placed other than once
-    (``may_be_unplaced``: jobs cancelled, which may end before any placement), tasks started or
+    (``may_be_unplaced``: jobs cancelled, which may end before any placement; ``per_attempt``:
+    where jobs are evicted and placed again, placed never or more than once in one attempt), tasks started or
     ended more than once (finished, failed, or stopped by an eviction or a cancel), tasks
     started but never ended or ended but never started (0 everywhere in a sound run; a job
     requeued after its node was lost is placed again, legitimately; a task evicted before it
@@ -182,6 +186,14 @@ def delivery_faults(
     placed = collections.Counter(
         e.stream for e in events if e.type == "JobPlaced" and e.stream.startswith("job-")
     )
+    if per_attempt:
+        attempts = collections.Counter(
+            (e.stream, e.data.get("attempt", 0))
+            for e in events
+            if e.type == "JobPlaced" and e.stream.startswith("job-")
+        )
+        twice = {stream for (stream, _), n in attempts.items() if n > 1}
+        placed = collections.Counter({s: 2 if s in twice else 1 for s in placed})
     started = collections.Counter(
         e.stream for e in events if e.type == "JobStarted" and e.stream.startswith("task-")
     )

@@ -76,3 +76,19 @@ def test_trace_specs_cap_run_times_and_keep_the_rest() -> None:
     for full, cut in zip(whole, capped, strict=True):
         assert cut.duration_s == min(full.duration_s or 0, 5000)
         assert cut.model_copy(update={"duration_s": full.duration_s}) == full
+
+
+def test_per_attempt_a_job_placed_again_after_an_eviction_is_sound_and_twice_in_one_attempt_is_not() -> None:
+    at = datetime.now(UTC)
+    entries = [
+        ("job-a", "JobAdmitted", {}),
+        ("job-a", "JobPlaced", {"attempt": 0}),
+        ("job-a", "JobPlaced", {"attempt": 1}),  # evicted, placed again in its next attempt
+        ("job-b", "JobAdmitted", {}),
+        ("job-b", "JobPlaced", {"attempt": 0}),
+        ("job-b", "JobPlaced", {"attempt": 0}),  # twice in one attempt
+        ("job-c", "JobAdmitted", {}),  # never placed
+    ]
+    log = [RecordedEvent(n + 1, s, 1, kind, data, {}, at) for n, (s, kind, data) in enumerate(entries)]
+    assert delivery_faults(log, ["a", "b", "c"], per_attempt=True)["placed_not_once"] == 2  # b and c
+    assert delivery_faults(log, ["a", "b", "c"])["placed_not_once"] == 3  # without: a counts too
