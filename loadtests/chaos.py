@@ -276,7 +276,10 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
     finally:
         await live.stop()
         await live.delete_topics()
-        await drop_database(settings.database_url, database)
+        if args.keep_db:
+            console.print(f"the log is kept in {database} (drop the database when done)")
+        else:
+            await drop_database(settings.database_url, database)
 
 
 def main() -> None:
@@ -295,6 +298,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--cancel-share", type=float, default=0.05, help="share of the jobs cancelled soon after submission"
+    )
+    parser.add_argument(
+        "--keep-db", action="store_true", help="keep the run's database (its log) to look into afterwards"
     )
     parser.add_argument(
         "--mix",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas import JobSpec
+from schemas.events import TaskBinding
 from schemas.queues import QueueTreeSpec
 from shared.core.queues import QueueTree
 from shared.eventstore.port import RecordedEvent
@@ -116,14 +117,22 @@ class MixCounts:
     max_checked: int = 0  # placements and grows into a queue under a max
 
 
-def _milli(bindings: Iterable[object]) -> int:
-    return sum(len(b.gpus) * b.gpu_milli for b in bindings)  # type: ignore[attr-defined]
+def _held_milli(view: ClusterView, job_id: str, bindings: Iterable[TaskBinding]) -> int:
+    """The milli-GPUs a job's tasks hold now: a task that ended (one replica of several, or one
+    already stopped by an eviction) has given its room back, as the cycle counts it."""
+    total = 0
+    for b in bindings:
+        held = view.held(job_id, b.task)
+        if held is not None:
+            total += held.task.total_gpu_milli
+    return total
 
 
 def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
     """Replay the log in order; at each placement or grow (on the job's stream), the GPUs every
-    queue with a max holds (its subtree: bindings and room a grow in flight took) against the
-    max of the tree applied by then, and the replicas placed against the job's fewest."""
+    queue with a max holds (its subtree: what its jobs' tasks hold, room a grow in flight took
+    included) against the max of the tree applied by then, and the replicas placed against the
+    job's fewest."""
     view, counts = ClusterView(), MixCounts()
     limits: QueueTree | None = None  # the tree in force
     for e in events:
@@ -148,7 +157,8 @@ def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
         for job_id in view.active_ids():
             r = view.jobs[job_id]
             if r.spec.queue in limits.specs:
+                milli = _held_milli(view, job_id, [*r.bindings, *r.growing])
                 for a in limits.ancestors(r.spec.queue):
-                    held[a] += _milli(r.bindings) + _milli(r.growing)
+                    held[a] += milli
         counts.max_passed += any(held[a] > limits.specs[a].max[0] for a in capped)  # milli-GPU
     return counts

@@ -66,6 +66,17 @@ def test_a_placement_past_a_parents_max_is_counted_and_one_after_room_freed_is_n
     assert mix_faults(clean).max_passed == 0
 
 
+def test_a_task_that_ended_holds_nothing_while_the_rest_of_its_job_runs() -> None:
+    log = _log(research_gpus=2)
+    _admit(log, "g", "nlp", replicas=2, gang={"min-member": 2})
+    _admit(log, "c", "vision")
+    _place(log, "g", 0, replicas=2)
+    log.add("job-g", JobFinished(job_id="g", node="n", task=0))  # one replica done, one runs
+    _place(log, "c", 0)
+    counts = mix_faults(log)
+    assert (counts.max_passed, counts.max_checked) == (0, 2)
+
+
 def test_a_gang_placed_short_of_its_min_member_is_counted() -> None:
     log = _log(research_gpus=8)
     _admit(log, "g", "prod", replicas=3, gang={"min-member": 3})
