@@ -22,8 +22,8 @@ over-commit) that takes no GPU twice and ends with every GPU free.
 With ``--mix`` (the default) the jobs are the scheduling mix of ``loadtests/chaos_mix.py``:
 three queues, one parent under a ``max`` that a second tree lowers halfway through, priority
 classes whose jobs evict best-effort work, gangs and elastic jobs; the checks then add
-``max_passed`` and ``placed_short``, and ``placed_not_once`` counts placements per attempt (an
-evicted job is placed again in its next attempt).
+``max_passed``, ``placed_short`` and ``reserved_twice``, and ``placed_not_once`` counts
+placements per attempt (an evicted job is placed again in its next attempt).
 
 Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``cancels_sent``, ``cancelled``,
 ``cancelled_running``, ``rejected``, ``lost``, ``admitted_not_once``, ``placed_not_once``,
@@ -260,10 +260,12 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
             },
             "max_passed": mix.max_passed,
             "placed_short": mix.placed_short,
+            "reserved_twice": mix.reserved_twice,
             "mix": {
                 "gangs_placed": mix.gangs,
                 "elastic_placed": mix.elastic,
                 "placements_under_a_max": mix.max_checked,
+                "reservations": mix.reservations,
                 "evictions": sum(1 for e in events if e.type == "JobPreempted"),
                 "shrinks": sum(1 for e in events if e.type == "JobResized"),
                 "trees_applied": sum(1 for e in events if e.type == "QueuesApplied"),
@@ -330,6 +332,7 @@ def main() -> None:
         "services_exited",
         "max_passed",
         "placed_short",
+        "reserved_twice",
     ]
     shown = ("finished", "cancels_sent", "cancelled", "cancelled_running", "rejected")
     for key in (*shown, *bad, "replay_error", "resent_chunks"):

@@ -20,7 +20,9 @@ Checks on the log (:func:`mix_faults`), each 0 in a sound run:
 * ``max_passed``: placements and grows that left ``research`` (or a child with a max) above the
   max of the tree in force when they were appended;
 * ``placed_short``: placements with fewer replicas than the job's fewest (a gang split, an
-  elastic job below its minimum).
+  elastic job below its minimum);
+* ``reserved_twice``: reservations made on a node another waiting job held a reservation on
+  (two gangs holding halves of each other's room is Volcano #5805).
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ class MixCounts:
     gangs: int = 0
     elastic: int = 0
     max_checked: int = 0  # placements and grows into a queue under a max
+    reserved_twice: int = 0
+    reservations: int = 0
 
 
 def _held_milli(view: ClusterView, job_id: str, bindings: Iterable[TaskBinding]) -> int:
@@ -128,6 +132,16 @@ def _held_milli(view: ClusterView, job_id: str, bindings: Iterable[TaskBinding])
     return total
 
 
+def _held_by_others(view: ClusterView, job_id: str, nodes: list[str]) -> bool:
+    """Whether a waiting job other than ``job_id`` holds a reservation on one of ``nodes``."""
+    wanted = set(nodes)
+    for other in view.pending_ids():
+        held = view.jobs[other].reservation
+        if other != job_id and held is not None and wanted & set(held["nodes"]):
+            return True
+    return False
+
+
 def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
     """Replay the log in order; at each placement or grow (on the job's stream), the GPUs every
     queue with a max holds (its subtree: what its jobs' tasks hold, room a grow in flight took
@@ -136,6 +150,9 @@ def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
     view, counts = ClusterView(), MixCounts()
     limits: QueueTree | None = None  # the tree in force
     for e in events:
+        if e.type == "JobReserved" and e.stream.startswith("job-"):
+            counts.reservations += 1
+            counts.reserved_twice += _held_by_others(view, e.stream.removeprefix("job-"), e.data["nodes"])
         view.apply(e)
         if e.type == "QueuesApplied" and view.queues is not None:
             limits = queue_tree(view.queues)

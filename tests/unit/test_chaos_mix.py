@@ -8,7 +8,16 @@ from typing import Any
 
 from loadtests.chaos_mix import RESEARCH_MAX, mix_faults, mixed, tree
 from schemas import JobSpec
-from schemas.events import JobAdmitted, JobFinished, JobPlaced, NodeRegistered, QueuesApplied, TaskBinding
+from schemas.events import (
+    JobAdmitted,
+    JobFinished,
+    JobPlaced,
+    JobReserved,
+    NodeRegistered,
+    QueuesApplied,
+    ReservationReleased,
+    TaskBinding,
+)
 from schemas.node import GpuDevice, NodeInventory
 from shared.eventstore.port import RecordedEvent
 from shared.state.wire import queue_tree
@@ -102,3 +111,16 @@ def test_the_draw_is_the_jobs_own_and_every_tree_is_one_the_core_accepts() -> No
     for gpus in (8, 60, 400):
         for share in (RESEARCH_MAX, 0.3):
             assert queue_tree(tree(gpus, share)).barred("nlp", "nlp") is None
+
+
+def test_a_reservation_on_a_node_another_waiting_job_holds_is_counted() -> None:
+    log = _log(research_gpus=8)
+    for job in ("g", "h", "k"):
+        _admit(log, job, "prod", replicas=2, gang={"min-member": 2})
+    log.add("job-g", JobReserved(job_id="g", nodes=["n"], expected_start=0.0, timeout_at=60.0))
+    log.add("job-h", JobReserved(job_id="h", nodes=["n"], expected_start=0.0, timeout_at=60.0))  # twice
+    log.add("job-g", ReservationReleased(job_id="g", reason="timeout", backoff_until=0.0))
+    log.add("job-h", ReservationReleased(job_id="h", reason="timeout", backoff_until=0.0))
+    log.add("job-k", JobReserved(job_id="k", nodes=["n"], expected_start=0.0, timeout_at=60.0))  # free again
+    counts = mix_faults(log)
+    assert (counts.reserved_twice, counts.reservations) == (1, 3)
