@@ -8,7 +8,9 @@ acted on) and maps each intent to events:
   placed twice) and on the stream of every node it binds (expected: the node's version read, so
   no GPU is ever given twice: if another worker changed one of those nodes first, the append
   fails and the worker re-plans);
-* ``Reserve`` / ``Release``: ``JobReserved`` / ``ReservationReleased`` on the job's stream;
+* ``Reserve`` / ``Release``: ``JobReserved`` / ``ReservationReleased`` on the job's stream; a
+  ``JobReserved`` also on the ``reservations`` stream, expecting the version read, so that two
+  workers never reserve one node for two jobs;
 * ``Preempt``: ``PreemptionRequested`` on the victim's stream, expecting the version read, so a
   victim is asked once per decision (carrying it out is the preemption service's work);
 * ``Resize`` that shrinks (the preempt stage's cheaper alternative to evicting an elastic job):
@@ -46,7 +48,7 @@ from shared.core.queues import QueueTree
 from shared.eventstore import NewEvent
 from shared.state.fold import ClusterView
 from shared.state.snapshot import SnapshotBuilder
-from shared.state.wire import QUEUES_STREAM, job_stream, node_stream, quota_stream
+from shared.state.wire import QUEUES_STREAM, RESERVATIONS_STREAM, job_stream, node_stream, quota_stream
 
 
 @dataclass
@@ -81,9 +83,12 @@ class Unit:
         if tree is None:
             return
         for limiting in tree.limiting(queue):
-            stream = quota_stream(limiting)
-            self.events.append(_event(stream, event))
-            self.expected.setdefault(stream, view.version(stream))
+            self.on_stream(view, quota_stream(limiting), event)
+
+    def on_stream(self, view: ClusterView, stream: str, event: object) -> None:
+        """A copy of ``event`` on a stream the view tracks, expecting the version it read."""
+        self.events.append(_event(stream, event))
+        self.expected.setdefault(stream, view.version(stream))
 
     def ask(self, view: ClusterView, victim: str, request: PreemptionRequested) -> None:
         """A victim's request (an eviction or a shrink): appended with its preemptor's unit."""
@@ -205,7 +210,9 @@ def plan(
                 timeout_at=r.timeout_at,
                 preemption=r.preemption,
             )
-            unit(r.job).on_job(view, r.job, event)
+            u = unit(r.job)
+            u.on_job(view, r.job, event)
+            u.on_stream(view, RESERVATIONS_STREAM, event)
         elif isinstance(intent, Release):
             released = ReservationReleased(
                 job_id=intent.job, reason=intent.reason, backoff_until=intent.backoff_until

@@ -35,7 +35,7 @@ from shared.core.lifecycle import ACTIVE, ADMITTED, TASK_EVENTS, TERMINAL, JobSt
 from shared.core.priority import class_value
 from shared.core.task import TaskShape
 from shared.eventstore.port import RecordedEvent
-from shared.state.wire import QUEUES_STREAM, core_job, node_spec, task_shape
+from shared.state.wire import QUEUES_STREAM, RESERVATIONS_STREAM, core_job, node_spec, task_shape
 
 __all__ = [
     "ACTIVE",
@@ -211,10 +211,10 @@ class ClusterView:
         return True
 
     def _version(self, stream: str, version: int) -> None:
-        # Only the versions of node and quota streams and the queue tree's are read (placements
-        # expect them); a job's version is on its record, and keeping those of every job and
-        # task stream ever written grew without bound.
-        if stream.startswith(("node-", "quota-")) or stream == QUEUES_STREAM:
+        # Only the versions of node and quota streams, the queue tree's and the reservations'
+        # are read (placements and reservations expect them); a job's version is on its record,
+        # and keeping those of every job and task stream ever written grew without bound.
+        if stream.startswith(("node-", "quota-")) or stream in (QUEUES_STREAM, RESERVATIONS_STREAM):
             self.stream_versions[stream] = version
 
     def apply_ahead(self, events: Iterable[RecordedEvent]) -> None:
@@ -567,8 +567,8 @@ class ClusterView:
         return self.stream_versions.get(f"node-{node}", 0)
 
     def version(self, stream: str) -> int:
-        """The version this view has folded of a node or quota stream or the queue tree's (0:
-        none yet, as the store's ``NO_STREAM``)."""
+        """The version this view has folded of a node or quota stream, the queue tree's or the
+        reservations' (0: none yet, as the store's ``NO_STREAM``)."""
         return self.stream_versions.get(stream, 0)
 
     def summary(self) -> dict[str, Any]:

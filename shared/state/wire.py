@@ -61,6 +61,12 @@ QUEUES_STREAM = "queues"
 one planned under a tree since replaced is planned again under the new one."""
 
 
+RESERVATIONS_STREAM = "reservations"
+"""A copy of every ``JobReserved``: each expects the version its worker read, so two workers that
+each saw a node unreserved cannot both reserve it (reservations never overlap: two gangs holding
+halves of each other's room is Volcano #5805).  Releases only free room and are not copied."""
+
+
 def quota_stream(queue: str) -> str:
     """A copy of every placement and growth that adds to ``queue``'s usage, for a queue with a
     ``max``: placement workers plan on their own views, and two that each saw room under the max

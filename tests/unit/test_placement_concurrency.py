@@ -1,9 +1,11 @@
-"""A queue's ``max`` holds across placement workers (``services/placement/handlers.py``).
+"""What holds across placement workers beyond "no GPU twice" (``services/placement/handlers.py``).
 
-Each worker plans on its own view: two that each saw room under a max would together pass it,
-on different nodes, where no node stream is shared.  A placement therefore also goes on the
-quota stream of every queue with a max on the job's way up the tree, expecting the version read,
-and expects the queue tree's stream as read.
+Each worker plans on its own view.  Two that each saw room under a queue's max would together
+pass it, on different nodes, where no node stream is shared: a placement therefore also goes on
+the quota stream of every queue with a max on the job's way up the tree, expecting the version
+read, and expects the queue tree's stream as read.  Two that each saw a node unreserved would
+both reserve it for their own job: a reservation also goes on the ``reservations`` stream,
+expecting the version read.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas import JobSpec
-from schemas.events import JobAdmitted, NodeRegistered, QueuesApplied
+from schemas.events import JobAdmitted, JobPlaced, NodeRegistered, QueuesApplied, TaskBinding
 from schemas.node import GpuDevice, NodeInventory
 from schemas.queues import QueueTreeSpec
 from services.placement.handlers import Plan, plan
@@ -38,7 +40,7 @@ class Step:
     expected: dict[str, int]
 
 
-def _log() -> Log:
+def _log(jobs: bool = True) -> Log:
     log = Log()
     for n in ("n0", "n1"):
         gpus = [GpuDevice(index=i, model="T4") for i in range(4)]
@@ -46,7 +48,7 @@ def _log() -> Log:
             f"node-{n}", NodeRegistered(inventory=NodeInventory(name=n, cpu="16", memory="64Gi", gpus=gpus))
         )
     log.add("queues", QueuesApplied(tree=QueueTreeSpec.model_validate(TREE)))
-    for job, queue in (("x", "a"), ("y", "b"), ("p", "open"), ("q", "open")):
+    for job, queue in (("x", "a"), ("y", "b"), ("p", "open"), ("q", "open")) if jobs else ():
         spec = JobSpec.model_validate(
             {"id": job, "tenant": "t", "queue": queue, "resources": {"cpu": "1", "nvidia.com/gpu": 3}}
         )
@@ -54,11 +56,12 @@ def _log() -> Log:
     return log
 
 
-def _worker_plan(log: Log, job: str, node: int) -> Plan:
+def _worker_plan(log: Log, job: str, node: int, **config: object) -> Plan:
     """One worker's plan for its one job, preferring its own node (as ``--shard`` does)."""
     profile = build_profile("bestfit", TypicalWorkload.from_tasks([TaskShape(1000, 1024, 3, 1000)]))
     preferred = np.array([i == node for i in range(2)], dtype=np.bool_)
-    return plan(log.view, {job}, CycleConfig(profile), T0 + 10, np.random.default_rng(0), preferred)
+    cycle = CycleConfig(profile, **config)  # type: ignore[arg-type]
+    return plan(log.view, {job}, cycle, T0 + 10, np.random.default_rng(0), preferred)
 
 
 def _steps(decision: Plan) -> list[Step]:
@@ -104,3 +107,49 @@ def test_a_placement_planned_under_a_tree_since_replaced_is_refused() -> None:
     assert _placed(log) == set()
     log.take(_steps(_worker_plan(log, "p", 0)))
     assert _placed(log) == {"p"}
+
+
+def test_two_workers_that_each_see_a_node_unreserved_cannot_both_reserve_it() -> None:
+    log = _log(jobs=False)
+    # Both nodes busy until one long job each ends; two 4-GPU gangs of 2, one per worker.
+    for node in ("n0", "n1"):
+        spec = JobSpec.model_validate(
+            {
+                "id": f"run-{node}",
+                "tenant": "t",
+                "queue": "open",
+                "resources": {"cpu": "1", "nvidia.com/gpu": 4},
+            }
+        )
+        log.add(f"job-run-{node}", JobAdmitted(spec=spec))
+        binding = TaskBinding(
+            task=0, node=node, gpus=[0, 1, 2, 3], gpu_milli=1000, cpu_milli=1000, memory_mib=0
+        )
+        placed = JobPlaced(job_id=f"run-{node}", bindings=[binding], policy="bestfit", node_versions={})
+        log.add(f"job-run-{node}", placed)
+        log.add(f"node-{node}", placed)
+    for job in ("g1", "g2"):
+        body = {
+            "id": job,
+            "tenant": "t",
+            "queue": "open",
+            "replicas": 2,
+            "gang": {"min-member": 2},
+            "resources": {"cpu": "1", "nvidia.com/gpu": 4},
+        }
+        log.add(f"job-{job}", JobAdmitted(spec=JobSpec.model_validate(body)))
+    # Room for two reservations; each worker acts on its own gang only, on the same view.
+    first = _worker_plan(log, "g1", 0, max_reservations=2)
+    second = _worker_plan(log, "g2", 1, max_reservations=2)
+    held = [
+        [e.data["nodes"] for e in d.events if e.type == "JobReserved" and e.stream.startswith("job-")]
+        for d in (first, second)
+    ]
+    assert held == [[["n0", "n1"]], [["n0", "n1"]]]  # each would hold both nodes
+    log.take(_steps(first))
+    log.take(_steps(second))  # the reservations stream moved: refused
+    holders = {j for j, r in log.view.jobs.items() if r.reservation is not None}
+    assert holders == {"g1"}
+    # Planned again, the second gang sees the nodes held and reserves nothing on them.
+    again = _worker_plan(log, "g2", 1, max_reservations=2)
+    assert not [e for e in again.events if e.type == "JobReserved"]
