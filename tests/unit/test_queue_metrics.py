@@ -54,3 +54,37 @@ def test_each_queue_is_exported_and_a_queue_gone_from_the_tree_is_removed() -> N
     stats.queues(queue_usage(log.view))
     assert _gpus("m3", "max") is None and _jobs("m3", "pending") is None
     assert _gpus("m1", "used") == 3.0
+
+
+def test_used_counts_what_tasks_hold_a_grow_in_flight_included_an_ended_replica_not() -> None:
+    from schemas.events import JobFinished, JobGrowRequested
+
+    log = Log()
+    log.add("queues", QueuesApplied(tree=QueueTreeSpec.model_validate({"queues": [{"name": "a"}]})))
+    gpus = [GpuDevice(index=i, model="T4") for i in range(8)]
+    log.add("node-n", NodeRegistered(inventory=NodeInventory(name="n", cpu="16", memory="64Gi", gpus=gpus)))
+
+    def binding(task: int, gpu: int | None = None) -> TaskBinding:
+        slot = task if gpu is None else gpu
+        return TaskBinding(task=task, node="n", gpus=[slot], gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+
+    body = {"tenant": "t", "queue": "a", "resources": {"cpu": "1", "nvidia.com/gpu": 1}}
+    el = JobSpec.model_validate({"id": "el", "replicas": 4, "elastic": "1:4", "checkpointable": True, **body})
+    log.add("job-el", JobAdmitted(spec=el))
+    log.add("job-el", JobPlaced(job_id="el", bindings=[binding(0)], policy="tessera", node_versions={}))
+    log.add("job-el", JobStarted(job_id="el", node="n", task=0))
+    grow = JobGrowRequested(
+        job_id="el", replicas=3, added=[binding(1), binding(2)], grace_s=1, node_versions={}
+    )
+    log.add("job-el", grow)
+    assert [q.used_gpu for q in queue_usage(log.view)] == [3.0]  # 1 running, 2 taken by the grow
+    gang = JobSpec.model_validate({"id": "g", "replicas": 2, "gang": {"min-member": 2}, **body})
+    log.add("job-g", JobAdmitted(spec=gang))
+    log.add(
+        "job-g",
+        JobPlaced(job_id="g", bindings=[binding(0, 4), binding(1, 5)], policy="tessera", node_versions={}),
+    )
+    log.add("job-g", JobStarted(job_id="g", node="n", task=0))
+    log.add("job-g", JobStarted(job_id="g", node="n", task=1))
+    log.add("job-g", JobFinished(job_id="g", node="n", task=0))  # one replica done, one runs
+    assert [q.used_gpu for q in queue_usage(log.view)] == [4.0]
