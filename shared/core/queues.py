@@ -168,11 +168,19 @@ class QueueTree:
     def __len__(self) -> int:
         return len(self.specs)
 
-    def limiting(self, name: str) -> list[str]:
-        """Of ``name`` and the queues above it, those that set a ``max``, nearest first."""
-        if name not in self.capped:
-            return []
-        return [a for a in self.ancestors(name) if bool(np.isfinite(self.specs[a].max).any())]
+    def limiting(self, name: str) -> tuple[str, ...]:
+        """Of ``name`` and the queues above it, those that set a ``max``, nearest first (empty
+        for a queue the tree does not have)."""
+        return self._limiting.get(name, ())
+
+    @cached_property
+    def _limiting(self) -> dict[str, tuple[str, ...]]:
+        # Once per tree (a tree is never changed after it is built): placement asks for every
+        # job it places, the cycle for every max check.
+        return {
+            q: tuple(a for a in self.ancestors(q) if bool(np.isfinite(self.specs[a].max).any()))
+            for q in self.specs
+        }
 
     def ancestors(self, name: str) -> list[str]:
         """``name`` and every queue above it, nearest first (the root excluded)."""
@@ -181,14 +189,6 @@ class QueueTree:
             out.append(name)
             name = self.specs[name].parent
         return out
-
-    @cached_property
-    def capped(self) -> frozenset[str]:
-        """Queues with a finite max on themselves or an ancestor: only they need the max check
-        (computed once per tree; a tree is never changed after it is built)."""
-        return frozenset(
-            q for q in self.specs if any(np.isfinite(self.specs[a].max).any() for a in self.ancestors(q))
-        )
 
     @cached_property
     def preempt_after_s(self) -> dict[str, float | None]:

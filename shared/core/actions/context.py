@@ -87,7 +87,6 @@ class CycleContext:
         self._capacity: tuple[float, float, float] | None = None
         self._estimates: dict[str, float] = {}
         # Queues with a finite max on themselves or an ancestor: only they need the max check.
-        self._capped = self.queues.capped
         self._reserved_by = np.full(self.cluster.size, -1, dtype=np.int64)
         self._reservation_ids: list[str] = []
         self._rebuild_reserved()
@@ -121,8 +120,8 @@ class CycleContext:
     def _over_max(self, job: Job, replicas: int, with_usage: bool) -> str | None:
         """The nearest of the job's queue and its ancestors that ``replicas`` more tasks take past
         its ``max`` (counting what the queues hold, or not), else None."""
-        q = self.queue_of(job)
-        if not q or q not in self._capped:
+        limits = self.queues.limiting(self.queue_of(job))
+        if not limits:
             return None
         extra = demand_of(job.shape, replicas)
         totals = (
@@ -130,7 +129,7 @@ class CycleContext:
             if with_usage
             else None
         )
-        for name in self.queues.ancestors(q):
+        for name in limits:  # a queue without a max never is the one passed
             need = extra if totals is None else totals[name] + extra
             if bool((need > self.queues.specs[name].max + 1e-9).any()):
                 return name
