@@ -35,7 +35,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas import JobSpec
-from schemas.events import TaskBinding
 from schemas.queues import QueueTreeSpec
 from shared.core.queues import QueueTree
 from shared.eventstore.port import RecordedEvent
@@ -121,17 +120,6 @@ class MixCounts:
     reservations: int = 0
 
 
-def _held_milli(view: ClusterView, job_id: str, bindings: Iterable[TaskBinding]) -> int:
-    """The milli-GPUs a job's tasks hold now: a task that ended (one replica of several, or one
-    already stopped by an eviction) has given its room back, as the cycle counts it."""
-    total = 0
-    for b in bindings:
-        held = view.held(job_id, b.task)
-        if held is not None:
-            total += held.task.total_gpu_milli
-    return total
-
-
 def _held_by_others(view: ClusterView, job_id: str, nodes: list[str]) -> bool:
     """Whether a waiting job other than ``job_id`` holds a reservation on one of ``nodes``."""
     wanted = set(nodes)
@@ -174,7 +162,7 @@ def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
         for job_id in view.active_ids():
             r = view.jobs[job_id]
             if r.spec.queue in limits.specs:
-                milli = _held_milli(view, job_id, [*r.bindings, *r.growing])
+                milli = sum(p.task.total_gpu_milli for p in view.holding(r))
                 for a in limits.ancestors(r.spec.queue):
                     held[a] += milli
         counts.max_passed += any(held[a] > limits.specs[a].max[0] for a in capped)  # milli-GPU

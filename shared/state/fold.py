@@ -35,7 +35,7 @@ from shared.core.lifecycle import ACTIVE, ADMITTED, TASK_EVENTS, TERMINAL, JobSt
 from shared.core.priority import class_value
 from shared.core.task import TaskShape
 from shared.eventstore.port import RecordedEvent
-from shared.state.wire import QUEUES_STREAM, RESERVATIONS_STREAM, core_job, node_spec, task_shape
+from shared.state.wire import QUEUES_STREAM, RESERVATIONS_STREAM, core_job, node_spec, node_stream, task_shape
 
 __all__ = [
     "ACTIVE",
@@ -559,12 +559,23 @@ class ClusterView:
             self._rebuild()
         return self._held.get((job_id, task))
 
+    def holding(self, record: JobRecord) -> list[Placement]:
+        """What a placed or running job's tasks hold now, in task order: its bindings and the
+        room a grow in flight took (the job's from that append on); a task that ended, one
+        replica of several, holds nothing while the others run on."""
+        job_id = record.spec.id
+        found = (
+            self.held(job_id, b.task)
+            for b in sorted([*record.bindings, *record.growing], key=lambda b: b.task)
+        )
+        return [p for p in found if p is not None]
+
     def active(self) -> list[JobRecord]:
         """Jobs placed or running, in the order they were admitted or restored."""
         return [self.jobs[j] for j in self._active]
 
     def node_version(self, node: str) -> int:
-        return self.stream_versions.get(f"node-{node}", 0)
+        return self.version(node_stream(node))
 
     def version(self, stream: str) -> int:
         """The version this view has folded of a node or quota stream, the queue tree's or the

@@ -56,11 +56,7 @@ def queue_usage(view: ClusterView) -> list[QueueUsage]:
     for job_id in view.active_ids():
         r = view.jobs[job_id]
         counts.setdefault(r.spec.queue, [0, 0])[1] += 1
-        # What its tasks hold, as the cycle counts it: room a grow in flight took is the job's,
-        # and a replica that ended gave its room back while the others run on.
-        running[r.spec.queue, r.shape] += sum(
-            1 for b in (*r.bindings, *r.growing) if view.held(job_id, b.task) is not None
-        )
+        running[r.spec.queue, r.shape] += len(view.holding(r))  # as the cycle counts it
     held: dict[str, FloatArray] = {}
     demand: dict[str, FloatArray] = {}
     for (q, shape), n in running.items():

@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Collection
 from dataclasses import replace
 
-from shared.core.cluster import BoolArray, ClusterState, Placement
+from shared.core.cluster import BoolArray, ClusterState
 from shared.core.cycle import Snapshot
 from shared.core.jobs import Job, Reservation, Running
 from shared.core.lifecycle import Phase
@@ -63,13 +63,9 @@ class SnapshotBuilder:
         found = self._running.get(r.spec.id)
         if found is not None and found[0] == r.version and found[1] == self._cluster_id:
             return found[2]
-        placements: list[Placement] = []
         # A grow in flight holds its added room already: it counts as the job's (queue usage,
         # what a victim frees), and the job is busy resizing (``preempting``): not grown again.
-        for b in sorted([*r.bindings, *r.growing], key=lambda b: b.task):
-            held = view.held(r.spec.id, b.task)
-            if held is not None:
-                placements.append(held)
+        placements = view.holding(r)
         run = None
         if placements:
             run = Running(
