@@ -1,8 +1,8 @@
 """Chaos: kill services and crash the servers at random while jobs flow, then check the log.
 
 The whole stack runs as processes (relay, admission, preemption, two placement workers, a
-simulated agent on 60 openb nodes, 20 with the mix) on a database and topic prefix of its own.  Trace jobs are
-submitted in chunks at ``--rate`` for ``--seconds``; meanwhile, every few seconds (seeded), one
+simulated agent on 60 openb nodes, 20 with the mix) on a database and topic prefix of its own.
+Trace jobs are submitted in chunks at ``--rate`` for ``--seconds``; meanwhile, every few seconds (seeded), one
 fault strikes:
 
 * a service is SIGKILLed and started again after a pause (the agent's pause stays well inside
@@ -28,7 +28,9 @@ placements per attempt (an evicted job is placed again in its next attempt).
 Ends with one JSON line: ``faults``, ``jobs``, ``finished``, ``cancels_sent``, ``cancelled``,
 ``cancelled_running``, ``rejected``, ``lost``, ``admitted_not_once``, ``placed_not_once``,
 ``tasks_started_twice``, ``tasks_ended_twice``, ``tasks_never_ended``, ``replay_error``,
-``services_exited``.  Exit status 1 if any from ``lost`` on is not 0 (or a replay failed).
+``services_exited``, ``max_passed``, ``placed_short``, ``reserved_twice`` and ``mix`` (what the
+mix exercised: gangs and elastic jobs placed, placements under a max, reservations, evictions,
+shrinks, trees applied).  Exit status 1 if any from ``lost`` on is not 0 (or a replay failed).
 
     .venv/bin/python loadtests/chaos.py [--seconds 120] [--rate 10] [--seed 1] [--servers]
                                         [--cancel-share 0.05] [--mix | --no-mix]

@@ -177,21 +177,16 @@ def delivery_faults(
 ) -> dict[str, int]:
     """What breaks "exactly once" in a log, counted: jobs admitted or placed other than once
     (``may_be_unplaced``: jobs cancelled, which may end before any placement; ``per_attempt``:
-    where jobs are evicted and placed again, placed never or more than once in one attempt), tasks started or
-    ended more than once (finished, failed, or stopped by an eviction or a cancel), tasks
+    where jobs are evicted and placed again, placed never or more than once in one attempt),
+    tasks started or ended more than once (finished, failed, or stopped by an eviction or a cancel), tasks
     started but never ended or ended but never started (0 everywhere in a sound run; a job
     requeued after its node was lost is placed again, legitimately; a task evicted before it
     started ends unstarted); and, for scale, how many tasks started."""
     admitted = collections.Counter(e.stream for e in events if e.type == "JobAdmitted")
-    placed = collections.Counter(
-        e.stream for e in events if e.type == "JobPlaced" and e.stream.startswith("job-")
-    )
-    if per_attempt:
-        attempts = collections.Counter(
-            (e.stream, e.data.get("attempt", 0))
-            for e in events
-            if e.type == "JobPlaced" and e.stream.startswith("job-")
-        )
+    placements = [e for e in events if e.type == "JobPlaced" and e.stream.startswith("job-")]
+    placed = collections.Counter(e.stream for e in placements)
+    if per_attempt:  # a job counts as placed once unless one of its attempts was placed twice
+        attempts = collections.Counter((e.stream, e.data.get("attempt", 0)) for e in placements)
         twice = {stream for (stream, _), n in attempts.items() if n > 1}
         placed = collections.Counter({s: 2 if s in twice else 1 for s in placed})
     started = collections.Counter(
