@@ -74,6 +74,11 @@ class Running:
     started: float
     last_checkpoint: float | None = None
     preempting: bool = False  # a preemption of it is already in flight: not a victim again
+    leaving: int = 0
+    """Of its tasks, how many an eviction or shrink in flight takes away (all of them for an
+    eviction).  Their room no longer counts as its queue's: counted, a queue whose victims were
+    still stopping looked as if it still borrowed, and reclaim evicted a second round for the
+    same shortfall (live: 26 evictions for 16 GPUs borrowed, then the victims' queue took 10 back)."""
     demand: tuple[int, int, int] = field(default=(0, 0, 0), init=False, compare=False, repr=False)
     """(milli-GPU, milli-CPU, MiB) it holds: summed per queue by every cycle, so kept."""
     task_rows: tuple[tuple[int, int, int, int, int], ...] = field(

@@ -252,6 +252,7 @@ class _Sim:
                 tuple(r.placements),
                 r.started,
                 preempting=r.evicting,
+                leaving=len(r.placements) if r.evicting else 0,
             )
             kept[j] = (r.token, r.evicting, r.job, attained, entry)
             running.append(entry)

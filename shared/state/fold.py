@@ -102,12 +102,26 @@ class JobRecord:
         if self.status.phase != Phase.PREEMPTING:
             return self.state
         request = self.eviction or self.request or {}
-        if self.growing or request.get("type") == "JobGrowRequested":
+        if self._grows(request):
             return f"growing {len(self.bindings)}->{len(self.bindings) + len(self.growing)}"
         resize_to = request.get("resize_to")
         if resize_to is not None:
             return f"shrinking {len(self.bindings)}->{resize_to}"
         return self.state
+
+    def _grows(self, request: dict[str, Any]) -> bool:
+        return bool(self.growing) or request.get("type") == "JobGrowRequested"
+
+    def leaving(self, holds: int) -> int:
+        """Of the ``holds`` tasks the job holds, how many an eviction, shrink or cancel in
+        flight takes away (none for a grow, whose added room stays the job's)."""
+        if self.status.phase != Phase.PREEMPTING:
+            return 0
+        request = self.eviction or self.request or {}
+        if self._grows(request):
+            return 0
+        resize_to = request.get("resize_to")
+        return holds if resize_to is None else max(0, holds - int(resize_to))
 
     def nodes(self) -> set[str]:
         """Nodes the current placement binds, and those a grow in flight took room on."""

@@ -73,6 +73,7 @@ class SnapshotBuilder:
                 tuple(placements),
                 started=r.placed_time,
                 preempting=r.status.phase == Phase.PREEMPTING,
+                leaving=r.leaving(len(placements)),
             )
         self._running[r.spec.id] = (r.version, self._cluster_id, run)
         return run

@@ -141,6 +141,47 @@ async def test_two_queues_asking_for_more_than_their_guarantee_converge_to_their
     assert all(12 <= b <= 20 and 12 <= r <= 20 for r, b in settled), shares
 
 
+async def test_reclaim_evicts_what_was_borrowed_and_no_more(live: LiveStack, tmp_path: Path) -> None:
+    """A queue that borrowed 16 GPUs gives back 16 when their owner asks, not more: while victims
+    stopped and their preemptors waited, each cycle had seen the borrower still over its
+    guarantee and the owner still under it, and evicted again (26 evictions for 16 borrowed on
+    32 GPUs), and the borrower then took its extra losses back from the owner."""
+    live.env.update(
+        {
+            "TESSERA_PREEMPT_MIN_RUNTIME_S": "0",  # nothing protects the victims: only the count
+            "TESSERA_PREEMPT_GRACE_S": "1",
+            "TESSERA_PREEMPT_RESTART_OVERHEAD_S": "1",
+        }
+    )
+    await start(live, tmp_path, nodes=4)  # 32 GPUs
+    halves = {"queues": [{"name": q, "guarantee": {"nvidia.com/gpu": 16}} for q in ("red", "blue")]}
+    await stack.apply_queues(QueueTreeSpec.model_validate(halves), live.settings)
+
+    async def holding() -> collections.Counter[str]:
+        view, _ = await stack.read_view(live.settings)
+        return collections.Counter(r.spec.queue for r in view.jobs.values() if r.status.active)
+
+    await stack.submit(
+        [job(f"red-{i}", seconds=60.0, queue="red", checkpointable=True) for i in range(40)], live.settings
+    )
+    deadline = time.monotonic() + 20
+    while (await holding())["red"] < 32 and time.monotonic() < deadline:  # red borrows 16
+        await asyncio.sleep(0.2)
+    await stack.submit(
+        [job(f"blue-{i}", seconds=60.0, queue="blue", checkpointable=True) for i in range(24)], live.settings
+    )
+    deadline = time.monotonic() + 30
+    while (await holding())["blue"] < 16 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(3.0)  # time for a second round of evictions, were there one
+    use = await holding()
+    events = await log_of(live.settings.database_url)
+    asked = [e for e in events if e.type == "PreemptionRequested"]
+    assert sorted(e.stream.split("-")[1] for e in asked) == ["red"] * 16, [e.stream for e in asked]
+    assert {e.data["reason"] for e in asked} == {"reclaim"}
+    assert use == {"red": 16, "blue": 16}, use
+
+
 async def test_a_large_job_raised_by_its_queue_evicts_another_queues_work_after_preempt_after(
     live: LiveStack, tmp_path: Path
 ) -> None:

@@ -378,6 +378,58 @@ def test_across_queues_only_borrowed_capacity_is_reclaimed() -> None:
     assert not cycle(Snapshot(c2, [job("more", queue="owner")], hold, queues=tree), now=5000.0).of(Preempt)
 
 
+def _fill(c: ClusterState, queue: str, count: int, start: int) -> list[Running]:
+    """``count`` checkpointable one-GPU jobs of ``queue`` on the 8-GPU nodes of ``c``, from
+    slot ``start`` on."""
+    slots = [(k // 8, (k % 8,)) for k in range(start, start + count)]
+    jobs = [job(f"{queue}{k}", queue=queue, checkpointable=True) for k in range(count)]
+    return [running(c, j, [s]) for j, s in zip(jobs, slots, strict=True)]
+
+
+def test_reclaim_does_not_count_victims_already_leaving_as_borrowed() -> None:
+    """Live, a queue's victims took a second or two to stop; every cycle in between saw their
+    queue still borrowing and evicted again (26 evictions for 16 GPUs borrowed)."""
+    c = cluster(node("a", gpus=8), node("b", gpus=8))
+    halves = [QueueSpec("red", guarantee=vector(gpu=8000)), QueueSpec("blue", guarantee=vector(gpu=8000))]
+    tree = QueueTree(halves)
+    reds = _fill(c, "red", 11, 0)
+    # Three of red's jobs are being evicted: once they stop red holds its guarantee, no more.
+    hold = [replace(r, preempting=True, leaving=1) if k < 3 else r for k, r in enumerate(reds)]
+    hold += _fill(c, "blue", 5, 11)
+    result = cycle(Snapshot(c, [job("more", queue="blue")], hold, queues=tree), now=5000.0)
+    assert not result.of(Preempt)
+    # Before they were asked to leave, red borrowed 3 and reclaim takes one back.
+    result = cycle(Snapshot(c, [job("more", queue="blue")], reds + hold[11:], queues=tree), now=5000.0)
+    assert [p.reason for p in result.of(Preempt)] == ["reclaim"]  # the rule that let it, alone
+
+
+def test_reclaim_counts_the_room_a_preemptor_holds_as_its_queues() -> None:
+    """A preemptor holds its victims' room until it starts: its queue is using that room, so
+    another job of the queue may not reclaim beyond the guarantee meanwhile."""
+    tree = QueueTree(
+        [
+            QueueSpec("red", guarantee=vector(gpu=8000)),
+            QueueSpec("blue", guarantee=vector(gpu=4000)),
+            QueueSpec("green", guarantee=vector(gpu=4000)),
+        ]
+    )
+    more = job("more", queue="blue", submitted=2.0)
+
+    def reclaims(holders: int) -> list[str]:
+        """Victims for ``more`` while ``holders`` blue preemptors wait for one red victim each."""
+        c = cluster(node("a", gpus=8), node("b", gpus=8))
+        reds = _fill(c, "red", 12, 0)
+        hold = [replace(r, preempting=True, leaving=1) if k < holders else r for k, r in enumerate(reds)]
+        hold += _fill(c, "blue", 2, 12) + _fill(c, "green", 2, 14)
+        held = [job(f"held{k}", queue="blue", submitted=1.0) for k in range(holders)]
+        reservations = {j.id: Reservation(j.id, (0,), 4990.0, 5010.0, 6000.0, preemption=True) for j in held}
+        result = cycle(Snapshot(c, [*held, more], hold, queues=tree, reservations=reservations), now=5000.0)
+        return [p.victim for p in result.of(Preempt)]
+
+    assert reclaims(2) == []  # blue's 2 running and 2 held are its whole guarantee
+    assert len(reclaims(1)) == 1 and reclaims(1)[0].startswith("red")  # 3 of 4: one more is its due
+
+
 def test_past_its_queues_preempt_after_a_job_may_evict_lower_priority_work_of_any_queue() -> None:
     """The source article's case: a large job that waited a day may take room from smaller,
     lower-priority work anywhere, not only in its own queue; never from an equal priority."""

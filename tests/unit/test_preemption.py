@@ -86,6 +86,7 @@ def _victim_asked() -> Log:
 
 def test_a_requested_preemption_is_evicted_once_stopped_then_requeued_with_its_checkpoint() -> None:
     log = _victim_asked()
+    assert log.view.jobs["victim"].leaving(1) == 1  # no longer its queue's, from the request on
     steps = decide(log.view, T0, _heard(log, T0), KNOBS)
     assert _types(steps) == ["EvictionStarted"]
     assert steps[0].events[0].data["deadline"] == T0 + 20
@@ -312,6 +313,7 @@ def _shrink_requested() -> Log:
 def test_a_shrink_stops_every_task_then_restarts_the_kept_ones_on_the_room_they_held() -> None:
     log = _shrink_requested()
     assert log.view.jobs["el"].activity == "shrinking 2->1"
+    assert log.view.jobs["el"].leaving(2) == 1  # its queue's usage keeps the replica that stays
     steps = decide(log.view, T0, _heard(log, T0), KNOBS)
     assert _types(steps) == ["EvictionStarted"] and steps[0].events[0].data["resize_to"] == 1
     log.take(steps)
@@ -457,6 +459,7 @@ def test_a_grow_takes_its_room_at_once_restarts_every_task_and_runs_at_the_new_s
     assert [(b.task, b.node) for b in record.growing] == [(2, "b"), (3, "b")]
     assert record.state == "preempting" and _free_gpus(log, "b") == [0, 0]  # taken at once
     assert record.activity == "growing 2->4"  # what `tessera status` shows
+    assert record.leaving(4) == 0  # the added room is the job's, and so its queue's
     again = from_snapshot(to_snapshot(log.view))  # a restart mid-grow holds the same room
     assert again.cluster is not None and [
         int(g) for g in again.cluster.gpu_free[again.cluster.index["b"]]

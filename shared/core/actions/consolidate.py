@@ -123,7 +123,7 @@ def consolidate_for(ctx: CycleContext, job: Job) -> bool:
         for j, r in movers.items()
         if any(p.node in used for p in r.placements)
     }
-    preempt.commit(ctx, job, leaving, tuple(sorted(used)), REASON)
+    preempt.commit(ctx, job, leaving, tuple(sorted(used)), lambda _: REASON)
     return True
 
 

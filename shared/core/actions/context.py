@@ -71,6 +71,9 @@ class CycleContext:
     """Reservation slots due to blocked jobs of other workers (not actionable here) in this
     allocate: their own workers reserve for them."""
     victims: object | None = None  # preempt.VictimIndex, built when a preemptor first needs it
+    counted: dict[str, int] = field(default_factory=dict)
+    """Pending jobs already counted in their queue's usage, and for how many replicas: each
+    preemptor holding its victims' room (``count_held``)."""
 
     def __post_init__(self) -> None:
         self.cluster = self.snapshot.cluster.copy()
@@ -107,6 +110,14 @@ class CycleContext:
             u[2] += sign * s.memory_mib * replicas
             self._shares.pop(q, None)
 
+    def count_held(self, job: Job) -> None:
+        """Count a preemptor's fewest replicas in its queue's usage while it holds its victims'
+        room: otherwise its queue looks as if it still had a guarantee to reclaim, and each cycle
+        until the preemptor starts would evict again for the same room."""
+        if job.id not in self.counted:
+            self.counted[job.id] = job.fewest
+            self.add_usage(job, job.fewest)
+
     def within_max(self, job: Job, replicas: int) -> bool:
         """Whether ``replicas`` more tasks keep the job's queue and its ancestors within ``max``."""
         return self._over_max(job, replicas, with_usage=True) is None
@@ -123,6 +134,8 @@ class CycleContext:
         limits = self.queues.limiting(self.queue_of(job))
         if not limits:
             return None
+        if with_usage:  # a preemptor's held replicas are in the usage already
+            replicas = max(0, replicas - self.counted.get(job.id, 0))
         extra = demand_of(job.shape, replicas)
         totals = (
             self.queues.subtree_totals({k: np.array(v) for k, v in self.usage.items()})
@@ -267,6 +280,9 @@ class CycleContext:
         if found is not None:
             self._rebuild_reserved()
             self.reservations_full = False
+            held = self.counted.pop(job, 0)
+            if held:
+                self.add_usage(self.pending_by_id[job], held, -1.0)
         return found
 
     def wake(self, at: float) -> None:
@@ -322,7 +338,7 @@ class CycleContext:
                 rows = self.release.setdefault(p.node, [])
                 rows.append(release_row(end, p))
                 rows.sort()
-        self.add_usage(job, len(placements))
+        self.add_usage(job, len(placements) - self.counted.pop(job.id, 0))
         self.unschedulable.pop(job.id, None)
         self.drop_reservation(job.id)
 

@@ -35,6 +35,9 @@ def run(ctx: CycleContext) -> None:
         acc = held.get(q)
         if acc is None:
             acc = held[q] = [0.0, 0.0, 0.0]
+        if r.leaving:  # an eviction or shrink in flight: only the tasks that stay count
+            s, n = r.job.shape, r.replicas - r.leaving
+            d = (s.total_gpu_milli * n, s.cpu_milli * n, s.memory_mib * n)
         acc[0] += d[0]
         acc[1] += d[1]
         acc[2] += d[2]
@@ -59,6 +62,11 @@ def run(ctx: CycleContext) -> None:
         ctx.deserved = {
             q: (float(d[0]), float(d[1]), float(d[2])) for q, d in queues.deserved(capacity, demand).items()
         }
+    # A preemptor's room is its queue's from the moment its victims are asked to leave, as the
+    # cycle that chose them counted it (preempt.commit); its demand above already includes it.
+    for job_id, reservation in ctx.reservations.items():
+        if reservation.preemption:
+            ctx.count_held(ctx.pending_by_id[job_id])
     for q, members in kept.members.items():
         if kept.held and (q == "" or q == "*"):  # "": fair share's group of the jobs the tree bars
             _wait_for_tree(ctx, kept, [j for j in members if kept.bar(j) is not None])

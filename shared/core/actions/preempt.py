@@ -30,12 +30,16 @@
    of the cluster's GPUs, CPUs or memory, times seconds (:func:`_worth_it`).
 6. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
    they are gone) are the intents; nothing is placed yet.  Victims' usage leaves their queues at
-   once, so later preemptors in the same cycle see what is already being freed.
+   once and the preemptor's joins its own, so later preemptors in the same cycle see what is
+   already being freed; later cycles count the same (enqueue: a job's tasks on their way out,
+   ``Running.leaving``, are no longer its queue's; a preemptor holding its victims' room is).
+   Counted as before, a borrower whose victims took a second to stop still looked over its
+   guarantee, and each cycle in between reclaimed again for the same shortfall.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -314,8 +318,9 @@ def victim_index(ctx: CycleContext) -> VictimIndex:
     return ctx.victims
 
 
-def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
-    """Per running job: may it be evicted for ``job``; and the reason names per rule."""
+def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[tuple[str, BoolArray]]]:
+    """Per running job: may it be evicted for ``job``; and each rule that let some job be, with
+    the jobs it lets (a victim's eviction names the rules that apply to it, not every rule tried)."""
     cfg, now, idx = ctx.config, ctx.now, victim_index(ctx)
     n = len(idx.running)
     base = np.ones(n, dtype=np.bool_)
@@ -331,7 +336,14 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
     if me is not None:
         base[me] = False
     ok = np.zeros(n, dtype=np.bool_)
-    reasons: list[str] = []
+    reasons: list[tuple[str, BoolArray]] = []
+
+    def rule(name: str, lets: BoolArray) -> None:
+        nonlocal ok
+        if lets.any():
+            ok = ok | lets
+            reasons.append((name, lets))
+
     if cfg.order.preemptive:
         ranks = np.array(
             [
@@ -340,19 +352,16 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
             ]
         )
         mine = cfg.order.rank(job, job.attained_gpu_s)
-        ok |= ranks < mine
-        reasons.append(cfg.order.name)
+        rule(cfg.order.name, ranks < mine)
     if cfg.preempt:
         lower = idx.job_priority < job.priority
         own_q = np.array([q == job.queue for q in idx.queue_names], dtype=np.bool_)
         same = own_q[idx.job_queue] if idx.queue_names else np.zeros(n, dtype=np.bool_)
-        ok |= lower & same
-        reasons.append("priority")
+        rule("priority", lower & same)
         at = ctx.queues.preempt_at(job.queue, job.since)
         if at is not None:
             if now >= at:
-                ok |= lower
-                reasons.append("starvation")
+                rule("starvation", lower & ~same)
             else:
                 ctx.wake(at)
     if cfg.reclaim and ctx.within_guarantee(job, job.fewest):
@@ -369,10 +378,7 @@ def eligible_jobs(ctx: CycleContext, job: Job) -> tuple[BoolArray, list[str]]:
                 if needs[d]:
                     fits &= rows[:, d] >= demand - 1e-9
                     lent |= rows[:, d] > 1e-9
-            reclaimable = fits & lent & (idx.job_priority <= job.priority)
-            if reclaimable.any():
-                ok |= reclaimable
-                reasons.append("reclaim")
+            rule("reclaim", fits & lent & (idx.job_priority <= job.priority))
     shrinkable = (idx.job_elastic_room > 0) & (old | idx.job_checkpointable)
     # A job bounced max_preemptions times is not evicted again; shrinking it is no preemption.
     whole_ok = ok & base & old & (idx.job_preemptions < cfg.max_preemptions)
@@ -411,7 +417,12 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
         nodes.append(node)
     if cfg.weigh_loss and not _worth_it(ctx, job, sum(u.lost_share_s for u in chosen.values())):
         return False
-    commit(ctx, job, chosen, tuple(sorted(set(nodes))), "+".join(reasons))
+
+    def why(r: Running) -> str:
+        k = idx.by_id[r.job.id]
+        return "+".join(name for name, lets in reasons if lets[k])
+
+    commit(ctx, job, chosen, tuple(sorted(set(nodes))), why)
     return True
 
 
@@ -659,9 +670,16 @@ def release_nodes(ctx: CycleContext, nodes: set[int], idx: VictimIndex) -> None:
             ctx.release.pop(node, None)
 
 
-def commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[int, ...], why: str) -> None:
+def commit(
+    ctx: CycleContext,
+    job: Job,
+    chosen: dict[str, Unit],
+    nodes: tuple[int, ...],
+    why: Callable[[Running], str],
+) -> None:
     """Evict (or shrink) ``chosen`` for ``job`` and hold ``nodes`` for it as a preemption
-    reservation (consolidation commits its moves the same way)."""
+    reservation (consolidation commits its moves the same way); ``why`` names the rule that let
+    each victim go."""
     cfg = ctx.config
     grace = 0.0
     shrinks: dict[str, list[int]] = {}
@@ -673,7 +691,7 @@ def commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[in
             continue
         g = cfg.grace_s if r.job.checkpointable else 0.0
         grace = max(grace, g)
-        ctx.intents.append(Preempt(r.job.id, job.id, g, why, u.lost_gpu_s))
+        ctx.intents.append(Preempt(r.job.id, job.id, g, why(r), u.lost_gpu_s))
         ctx.evicting.add(r.job.id)
         ctx.add_usage(r.job, r.replicas, -1.0)
     for job_id, tasks in shrinks.items():
@@ -682,7 +700,7 @@ def commit(ctx: CycleContext, job: Job, chosen: dict[str, Unit], nodes: tuple[in
         ctx.intents.append(Resize(job_id, keep, (), tuple(sorted(tasks)), by=job.id))
         ctx.evicting.add(job_id)  # one change per job per cycle
         grace = max(grace, cfg.grace_s)
-    ctx.add_usage(job, job.fewest)
+    ctx.count_held(job)
     if ctx.release is not None:
         # The victims now leave within their grace: only their nodes' release rows change (a
         # whole rebuild over every running task cost more than the rest of the search).
