@@ -361,3 +361,92 @@ def test_a_consolidation_holds_room_for_the_job_and_for_every_job_it_moves(w: Wo
         need = running[v].job.shape.num_gpu
         n = next(n for n in range(after.size) if n not in held.nodes and free[n] >= need)
         free[n] -= need
+
+
+@dataclass
+class Reclaim:
+    """A cluster filled by ``red``'s one-GPU jobs; ``blue`` jobs then arrive a few per cycle."""
+
+    gpus: list[int]  # per node
+    blue_guarantee: int
+    blue_jobs: int
+    per_cycle: int
+    leave_after: list[int]  # cycles each victim takes to stop, drawn in turn
+
+
+@st.composite
+def reclaims(draw: st.DrawFn) -> Reclaim:
+    gpus = draw(st.lists(st.sampled_from([2, 4, 8]), min_size=2, max_size=5))
+    total = sum(gpus)
+    return Reclaim(
+        gpus,
+        draw(st.integers(1, total - 1)),
+        draw(st.integers(1, total)),
+        draw(st.integers(1, 4)),
+        draw(st.lists(st.integers(0, 3), min_size=1, max_size=8)),
+    )
+
+
+@PROPS
+@given(reclaims())
+def test_reclaim_across_cycles_evicts_what_was_borrowed_and_no_more(w: Reclaim) -> None:
+    """A shell's loop: victims take cycles to stop (their queue's usage must not count them as
+    still borrowed meanwhile) and preemptors wait for the room (their queue's must count it).
+    The borrower loses at most what it borrowed, and the owner ends with its guarantee."""
+    cluster = ClusterState([node(f"n{i}", cpu=64_000, mem=256_000, gpus=g) for i, g in enumerate(w.gpus)])
+    total = sum(w.gpus)
+    red_guarantee = total - w.blue_guarantee
+    tree = QueueTree(
+        [
+            QueueSpec("red", guarantee=vector(gpu=1000.0 * red_guarantee)),
+            QueueSpec("blue", guarantee=vector(gpu=1000.0 * w.blue_guarantee)),
+        ]
+    )
+    one = TaskShape(cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=1000)
+    config = CycleConfig(
+        build_profile("bestfit", TypicalWorkload.from_tasks([one], coverage=1.0)), min_runtime_s=0.0
+    )
+    runs: dict[str, Running] = {}
+    for n, g in enumerate(w.gpus):
+        for slot in range(g):
+            red = Job(f"red-{n}-{slot}", "red", "t", one, checkpointable=True, submitted=0.0)
+            runs[red.id] = Running(red, (cluster.place(n, one, (slot,)),), 0.0)
+    blue = [
+        Job(f"blue-{k}", "blue", "t", one, checkpointable=True, submitted=1.0 + k) for k in range(w.blue_jobs)
+    ]
+    pending: dict[str, Job] = {}
+    reservations: dict[str, Reservation] = {}
+    leaving: dict[str, int] = {}  # victim -> cycles left until it has stopped
+    evicted = {"red": 0, "blue": 0}
+    now = NOW
+    for step in range(40):
+        for job in blue[step * w.per_cycle : (step + 1) * w.per_cycle]:
+            pending[job.id] = replace(job, submitted=now)
+        for victim, left in list(leaving.items()):
+            if left > 0:
+                leaving[victim] = left - 1
+                continue
+            del leaving[victim]
+            gone = runs.pop(victim)
+            for p in gone.placements:
+                cluster.remove(p)
+            pending[victim] = replace(gone.job, preemptions=gone.job.preemptions + 1, queued_since=now)
+        snapshot = Snapshot(
+            cluster, list(pending.values()), list(runs.values()), queues=tree, reservations=reservations
+        )
+        result = run_cycle(snapshot, config, now, np.random.default_rng(step))
+        for p in result.of(Preempt):
+            victim = runs[p.victim]
+            runs[p.victim] = replace(victim, preempting=True, leaving=victim.replicas)
+            leaving[p.victim] = w.leave_after[sum(evicted.values()) % len(w.leave_after)]
+            evicted[victim.job.queue] += 1
+        for job_id, placements in result.placed.items():
+            for p in placements:
+                cluster.place(p.node, p.task, p.gpus)
+            runs[job_id] = Running(pending.pop(job_id), tuple(placements), now)
+        reservations = dict(result.reservations)
+        now += 5.0
+    assert evicted["red"] <= total - red_guarantee, evicted  # red borrowed the blue guarantee
+    assert evicted["blue"] == 0, evicted  # and never took anything back
+    held = sum(1 for r in runs.values() if r.job.queue == "blue")
+    assert held == min(w.blue_jobs, w.blue_guarantee)
