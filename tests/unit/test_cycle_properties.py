@@ -428,17 +428,17 @@ def test_reclaim_across_cycles_evicts_what_was_borrowed_and_no_more(w: Reclaim) 
                 continue
             del leaving[victim]
             gone = runs.pop(victim)
-            for p in gone.placements:
-                cluster.remove(p)
+            for freed in gone.placements:
+                cluster.remove(freed)
             pending[victim] = replace(gone.job, preemptions=gone.job.preemptions + 1, queued_since=now)
         snapshot = Snapshot(
             cluster, list(pending.values()), list(runs.values()), queues=tree, reservations=reservations
         )
         result = run_cycle(snapshot, config, now, np.random.default_rng(step))
-        for p in result.of(Preempt):
-            victim = runs[p.victim]
-            runs[p.victim] = replace(victim, preempting=True, leaving=victim.replicas)
-            leaving[p.victim] = w.leave_after[sum(evicted.values()) % len(w.leave_after)]
+        for ask in result.of(Preempt):
+            victim = runs[ask.victim]
+            runs[ask.victim] = replace(victim, preempting=True, leaving=victim.replicas)
+            leaving[ask.victim] = w.leave_after[sum(evicted.values()) % len(w.leave_after)]
             evicted[victim.job.queue] += 1
         for job_id, placements in result.placed.items():
             for p in placements:
