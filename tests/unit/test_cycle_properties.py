@@ -436,10 +436,10 @@ def test_reclaim_across_cycles_evicts_what_was_borrowed_and_no_more(w: Reclaim) 
         )
         result = run_cycle(snapshot, config, now, np.random.default_rng(step))
         for ask in result.of(Preempt):
-            victim = runs[ask.victim]
-            runs[ask.victim] = replace(victim, preempting=True, leaving=victim.replicas)
+            run = runs[ask.victim]
+            runs[ask.victim] = replace(run, preempting=True, leaving=run.replicas)
             leaving[ask.victim] = w.leave_after[sum(evicted.values()) % len(w.leave_after)]
-            evicted[victim.job.queue] += 1
+            evicted[run.job.queue] += 1
         for job_id, placements in result.placed.items():
             for p in placements:
                 cluster.place(p.node, p.task, p.gpus)
