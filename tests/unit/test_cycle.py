@@ -430,6 +430,30 @@ def test_reclaim_counts_the_room_a_preemptor_holds_as_its_queues() -> None:
     assert len(reclaims(1)) == 1 and reclaims(1)[0].startswith("red")  # 3 of 4: one more is its due
 
 
+def test_a_queues_max_counts_its_tasks_on_their_way_out() -> None:
+    """Tasks being evicted are no longer their queue's for its guarantee, but they hold their
+    room until they stop: a job placed meanwhile would take the queue past its max (a chaos run
+    counted 2 such placements)."""
+    c = cluster(node("a", gpus=4))
+    capped = QueueSpec("capped", max=vector(gpu=2000, cpu=1e18, memory=1e18))
+    tree = QueueTree([capped, QueueSpec("other")])
+    hold = [running(c, job(f"c{i}", queue="capped", checkpointable=True), [(0, (i,))]) for i in range(2)]
+    more = job("more", queue="capped")
+    assert "more" not in cycle(Snapshot(c, [more], hold, queues=tree), now=5000.0).placed  # at its max
+    leaving = [replace(hold[0], preempting=True, leaving=1), hold[1]]
+    result = cycle(Snapshot(c, [more], leaving, queues=tree), now=5000.0)
+    assert "more" not in result.placed and result.unschedulable["more"].plugin == "QueueMax"
+    # Within one cycle too: a victim evicted for a starving job of another queue frees no room
+    # under the max for the rest of the cycle.
+    c = cluster(node("a", gpus=4), node("b", gpus=2))
+    tree = QueueTree([capped, QueueSpec("other", preempt_after_s=1.0)])
+    hold = [running(c, job(f"c{i}", queue="capped", checkpointable=True), [(i, (0,))]) for i in range(2)]
+    top = job("top", gpus=4, queue="other", priority=100, submitted=1.0)
+    result = cycle(Snapshot(c, [top, replace(more, submitted=2.0)], hold, queues=tree), now=5000.0)
+    assert [p.victim for p in result.of(Preempt)] == ["c0"]
+    assert "more" not in result.placed  # b has a free GPU, but capped still holds 2 until c0 stops
+
+
 def test_past_its_queues_preempt_after_a_job_may_evict_lower_priority_work_of_any_queue() -> None:
     """The source article's case: a large job that waited a day may take room from smaller,
     lower-priority work anywhere, not only in its own queue; never from an equal priority."""

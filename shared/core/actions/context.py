@@ -51,8 +51,14 @@ class CycleContext:
     unschedulable: dict[str, Status] = field(default_factory=dict)
     touched: set[int] = field(default_factory=set)
     usage: dict[str, list[float]] = field(default_factory=dict)
-    """Per leaf queue: (milli-GPU, milli-CPU, MiB) its running and just-placed jobs hold.  Plain
-    floats, not arrays: a busy cycle reads them for every job it looks at."""
+    """Per leaf queue: (milli-GPU, milli-CPU, MiB) its running and just-placed jobs hold, less
+    the tasks on their way out, plus what its preemptors hold for themselves.  What guarantees,
+    reclaim and fair share read.  Plain floats, not arrays: a busy cycle reads them for every
+    job it looks at."""
+    leaving: dict[str, list[float]] = field(default_factory=dict)
+    """Per leaf queue: what its tasks on their way out (evicted, shrunk) still hold.  No longer
+    the queue's for its guarantee, but held until they stop: a queue's max counts them, or a
+    job placed while its queue's victims stopped would take the queue past its max."""
     deserved: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # per queue
     blocked: list[Job] = field(default_factory=list)  # jobs allocate could not place, in order
     ordered: dict[str, list[Job]] = field(default_factory=dict)  # per leaf: pending, in order
@@ -110,6 +116,18 @@ class CycleContext:
             u[2] += sign * s.memory_mib * replicas
             self._shares.pop(q, None)
 
+    def add_leaving(self, job: Job, replicas: int) -> None:
+        """``replicas`` of the job's tasks are on their way out: they leave its queue's usage
+        and stay in what its max counts until they stop."""
+        self.add_usage(job, replicas, -1.0)
+        q = self.queue_of(job)
+        if q:
+            u = self.leaving.setdefault(q, [0.0, 0.0, 0.0])
+            s = job.shape
+            u[0] += s.total_gpu_milli * replicas
+            u[1] += s.cpu_milli * replicas
+            u[2] += s.memory_mib * replicas
+
     def count_held(self, job: Job) -> None:
         """Count a preemptor's fewest replicas in its queue's usage while it holds its victims'
         room: otherwise its queue looks as if it still had a guarantee to reclaim, and each cycle
@@ -137,11 +155,12 @@ class CycleContext:
         if with_usage:  # a preemptor's held replicas are in the usage already
             replicas = max(0, replicas - self.counted.get(job.id, 0))
         extra = demand_of(job.shape, replicas)
-        totals = (
-            self.queues.subtree_totals({k: np.array(v) for k, v in self.usage.items()})
-            if with_usage
-            else None
-        )
+        totals = None
+        if with_usage:  # what the queues' tasks hold: their usage and their tasks on the way out
+            held = {k: np.array(v) for k, v in self.usage.items()}
+            for k, v in self.leaving.items():
+                held[k] = held[k] + np.array(v) if k in held else np.array(v)
+            totals = self.queues.subtree_totals(held)
         for name in limits:  # a queue without a max never is the one passed
             need = extra if totals is None else totals[name] + extra
             if bool((need > self.queues.specs[name].max + 1e-9).any()):

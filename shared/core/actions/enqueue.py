@@ -36,8 +36,13 @@ def run(ctx: CycleContext) -> None:
         if acc is None:
             acc = held[q] = [0.0, 0.0, 0.0]
         if r.leaving:  # an eviction or shrink in flight: only the tasks that stay count
-            s, n = r.job.shape, r.replicas - r.leaving
+            s, n, out = r.job.shape, r.replicas - r.leaving, r.leaving
             d = (s.total_gpu_milli * n, s.cpu_milli * n, s.memory_mib * n)
+            if q in queues.specs:  # ... but the max counts what they hold until they stop
+                gone = ctx.leaving.setdefault(q, [0.0, 0.0, 0.0])
+                gone[0] += s.total_gpu_milli * out
+                gone[1] += s.cpu_milli * out
+                gone[2] += s.memory_mib * out
         acc[0] += d[0]
         acc[1] += d[1]
         acc[2] += d[2]

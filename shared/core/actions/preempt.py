@@ -687,13 +687,13 @@ def commit(
         r = u.running
         if u.shrink:
             shrinks.setdefault(r.job.id, []).append(u.task)
-            ctx.add_usage(r.job, 1, -1.0)
+            ctx.add_leaving(r.job, 1)
             continue
         g = cfg.grace_s if r.job.checkpointable else 0.0
         grace = max(grace, g)
         ctx.intents.append(Preempt(r.job.id, job.id, g, why(r), u.lost_gpu_s))
         ctx.evicting.add(r.job.id)
-        ctx.add_usage(r.job, r.replicas, -1.0)
+        ctx.add_leaving(r.job, r.replicas)
     for job_id, tasks in shrinks.items():
         r = ctx.running_by_id[job_id]
         keep = r.replicas - len(tasks)
