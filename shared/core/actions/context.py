@@ -30,6 +30,16 @@ ReleaseRow = tuple[float, int, int, tuple[tuple[int, int], ...]]
 """A task's leaving: (when it is expected, milli-CPU, MiB, (GPU slot, milli) pairs it frees)."""
 
 
+def _add(table: dict[str, list[float]], queue: str, job: Job, replicas: float) -> None:
+    """Add ``replicas`` of ``job``'s tasks (negative: take away) to ``queue``'s row of a per-queue
+    (milli-GPU, milli-CPU, MiB) table."""
+    u = table.setdefault(queue, [0.0, 0.0, 0.0])
+    s = job.shape
+    u[0] += s.total_gpu_milli * replicas
+    u[1] += s.cpu_milli * replicas
+    u[2] += s.memory_mib * replicas
+
+
 def release_row(end: float, p: Placement) -> ReleaseRow:
     t = p.task
     return (end, t.cpu_milli, t.memory_mib, tuple((g, t.gpu_milli) for g in p.gpus))
@@ -95,7 +105,6 @@ class CycleContext:
         self._shares: dict[str, float] = {}
         self._capacity: tuple[float, float, float] | None = None
         self._estimates: dict[str, float] = {}
-        # Queues with a finite max on themselves or an ancestor: only they need the max check.
         self._reserved_by = np.full(self.cluster.size, -1, dtype=np.int64)
         self._reservation_ids: list[str] = []
         self._rebuild_reserved()
@@ -109,11 +118,7 @@ class CycleContext:
     def add_usage(self, job: Job, replicas: int, sign: float = 1.0) -> None:
         q = self.queue_of(job)
         if q:
-            u = self.usage.setdefault(q, [0.0, 0.0, 0.0])
-            s = job.shape
-            u[0] += sign * s.total_gpu_milli * replicas
-            u[1] += sign * s.cpu_milli * replicas
-            u[2] += sign * s.memory_mib * replicas
+            _add(self.usage, q, job, sign * replicas)
             self._shares.pop(q, None)
 
     def add_leaving(self, job: Job, replicas: int) -> None:
@@ -122,11 +127,7 @@ class CycleContext:
         self.add_usage(job, replicas, -1.0)
         q = self.queue_of(job)
         if q:
-            u = self.leaving.setdefault(q, [0.0, 0.0, 0.0])
-            s = job.shape
-            u[0] += s.total_gpu_milli * replicas
-            u[1] += s.cpu_milli * replicas
-            u[2] += s.memory_mib * replicas
+            _add(self.leaving, q, job, replicas)
 
     def count_held(self, job: Job) -> None:
         """Count a preemptor's fewest replicas in its queue's usage while it holds its victims'

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from shared.core.actions.context import CycleContext
 from shared.core.cycle import Release
 from shared.core.framework import Code, Status
-from shared.core.jobs import Job, RuntimeEstimator
+from shared.core.jobs import Job, Running, RuntimeEstimator
 from shared.core.memo import PendingDelta
 from shared.core.plugins.order.base import JobOrder
 from shared.core.queues import QueueTree, vector
@@ -30,19 +30,14 @@ def run(ctx: CycleContext) -> None:
     queues = ctx.queues
     held: dict[str, list[float]] = {}
     floor: dict[str, int] = {}
+    outgoing: list[Running] = []  # with an eviction or shrink in flight
     for r in ctx.snapshot.running:
         q, d, p = r.job.queue, r.demand, r.job.priority
         acc = held.get(q)
         if acc is None:
             acc = held[q] = [0.0, 0.0, 0.0]
-        if r.leaving:  # an eviction or shrink in flight: only the tasks that stay count
-            s, n, out = r.job.shape, r.replicas - r.leaving, r.leaving
-            d = (s.total_gpu_milli * n, s.cpu_milli * n, s.memory_mib * n)
-            if q in queues.specs:  # ... but the max counts what they hold until they stop
-                gone = ctx.leaving.setdefault(q, [0.0, 0.0, 0.0])
-                gone[0] += s.total_gpu_milli * out
-                gone[1] += s.cpu_milli * out
-                gone[2] += s.memory_mib * out
+        if r.leaving:
+            outgoing.append(r)
         acc[0] += d[0]
         acc[1] += d[1]
         acc[2] += d[2]
@@ -54,6 +49,8 @@ def run(ctx: CycleContext) -> None:
     for q, acc in held.items():
         if q in queues.specs:
             ctx.usage[q] = acc
+    for r in outgoing:  # only the tasks that stay are the queue's; its max counts them all
+        ctx.add_leaving(r.job, r.leaving)
     kept = _pending_order(ctx)
     sums = kept.sums
     demand = {q: vector(*u) for q, u in ctx.usage.items()}
