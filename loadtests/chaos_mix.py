@@ -22,14 +22,15 @@ Checks on the log (:func:`mix_faults`), each 0 in a sound run:
 * ``placed_short``: placements with fewer replicas than the job's fewest (a gang split, an
   elastic job below its minimum);
 * ``reserved_twice``: reservations made on a node another waiting job held a reservation on
-  (two gangs holding halves of each other's room is Volcano #5805).
+  (two gangs holding halves of each other's room is Volcano #5805), except preemptors sharing
+  a node: each holds only the room its own victims free there.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,12 +121,17 @@ class MixCounts:
     reservations: int = 0
 
 
-def _held_by_others(view: ClusterView, job_id: str, nodes: list[str]) -> bool:
-    """Whether a waiting job other than ``job_id`` holds a reservation on one of ``nodes``."""
-    wanted = set(nodes)
+def _held_by_others(view: ClusterView, job_id: str, data: Mapping[str, object]) -> bool:
+    """Whether a waiting job other than ``job_id`` holds a reservation on one of the nodes of
+    the reservation ``data``; two preemptors may share a node."""
+    nodes = data["nodes"]
+    assert isinstance(nodes, list)
+    wanted, preempting = set(nodes), bool(data.get("preemption", False))
     for other in view.pending_ids():
         held = view.jobs[other].reservation
-        if other != job_id and held is not None and wanted & set(held["nodes"]):
+        if other == job_id or held is None or not wanted & set(held["nodes"]):
+            continue
+        if not (preempting and held.get("preemption", False)):
             return True
     return False
 
@@ -140,7 +146,7 @@ def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
     for e in events:
         if e.type == "JobReserved" and e.stream.startswith("job-"):
             counts.reservations += 1
-            counts.reserved_twice += _held_by_others(view, e.stream.removeprefix("job-"), e.data["nodes"])
+            counts.reserved_twice += _held_by_others(view, e.stream.removeprefix("job-"), e.data)
         view.apply(e)
         if e.type == "QueuesApplied" and view.queues is not None:
             limits = queue_tree(view.queues)

@@ -122,5 +122,13 @@ def test_a_reservation_on_a_node_another_waiting_job_holds_is_counted() -> None:
     log.add("job-g", ReservationReleased(job_id="g", reason="timeout", backoff_until=0.0))
     log.add("job-h", ReservationReleased(job_id="h", reason="timeout", backoff_until=0.0))
     log.add("job-k", JobReserved(job_id="k", nodes=["n"], expected_start=0.0, timeout_at=60.0))  # free again
+    log.add("job-k", ReservationReleased(job_id="k", reason="timeout", backoff_until=0.0))
+    # Preemptors may share a node (each holds the room its own victims free); not with a gang.
+    for job in ("p", "q"):
+        _admit(log, job, "prod", replicas=1)
+        held = JobReserved(job_id=job, nodes=["n"], expected_start=0.0, timeout_at=60.0, preemption=True)
+        log.add(f"job-{job}", held)
+    _admit(log, "r", "prod", replicas=2, gang={"min-member": 2})
+    log.add("job-r", JobReserved(job_id="r", nodes=["n"], expected_start=0.0, timeout_at=60.0))  # twice
     counts = mix_faults(log)
-    assert (counts.reserved_twice, counts.reservations) == (1, 3)
+    assert (counts.reserved_twice, counts.reservations) == (2, 6)

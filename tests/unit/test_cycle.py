@@ -826,3 +826,46 @@ def test_a_memo_follows_the_pending_jobs_and_changes_no_decision() -> None:
     las = replace(config, order=LeastAttained())
     cycle(replace(plain, memo=memo, pending_delta=PendingDelta(41, 40, frozenset(), ())), las, now=100.0)
     assert memo.pending_order is None
+
+
+def test_reclaim_for_many_small_jobs_evicts_on_one_node_for_several_preemptors_at_once() -> None:
+    """Each preemption reservation used to close its node to every other preemptor, so a queue
+    reclaiming 1-GPU jobs got one eviction per node per round (a round: as long as the victims
+    take to stop, up to the grace): 16 GPUs on 4 nodes took 4 rounds.  Preemptors now share a
+    node, each counting only the room its own victims free."""
+    c = cluster(*(node(n, gpus=8) for n in "abcd"))
+    tree = QueueTree([QueueSpec(q, guarantee=vector(gpu=16000)) for q in ("red", "blue")])
+    reds = _fill(c, "red", 32, 0)
+    blues = [job(f"blue{k}", queue="blue", submitted=float(k)) for k in range(16)]
+    result = cycle(Snapshot(c, blues, reds, queues=tree), now=5000.0)
+    victims = [p.victim for p in result.of(Preempt)]
+    assert len(victims) == 16 and len(set(victims)) == 16  # all in one round, no victim twice
+    held = result.reservations
+    assert sorted(held) == sorted(b.id for b in blues) and all(r.preemption for r in held.values())
+    # The next cycle, once every victim has stopped, starts all 16, four per node.
+    c2 = cluster(*(node(n, gpus=8) for n in "abcd"))
+    kept = [r for r in reds if r.job.id not in victims]
+    stay = [running(c2, r.job, [(p.node, p.gpus) for p in r.placements]) for r in kept]
+    after = cycle(Snapshot(c2, blues, stay, queues=tree, reservations=held), now=5001.0)
+    assert sorted(after.placed) == sorted(b.id for b in blues) and not after.of(Preempt)
+
+
+def test_a_preemptor_sharing_a_node_counts_only_the_room_its_own_victims_free() -> None:
+    """Room on its way out is already promised to the preemptor that asked for it: a second
+    preemptor on the node may take what is left over, no more, and evicts for the rest."""
+    c = cluster(node("a", gpus=8))
+    big = running(c, job("big", gpus=4, priority=-100, checkpointable=True), [(0, (0, 1, 2, 3))])
+    smalls = [running(c, job(f"s{i}", priority=-100, checkpointable=True), [(0, (4 + i,))]) for i in range(4)]
+    leaving = replace(big, preempting=True, leaving=1)
+    first = job("first", gpus=3, priority=100, submitted=1.0)  # big's 4 GPUs are freed for it
+    held = {"first": Reservation("first", (0,), 4990.0, 5030.0, 6000.0, preemption=True)}
+
+    def victims(gpus: int) -> list[str]:
+        second = job("second", gpus=gpus, priority=100, submitted=2.0)
+        snap = Snapshot(c, [first, second], [leaving, *smalls], reservations=held)
+        result = cycle(snap, now=5000.0)
+        assert result.reservations["second"].preemption and result.reservations["second"].nodes == (0,)
+        return sorted(p.victim for p in result.of(Preempt))
+
+    assert victims(1) == []  # big frees one GPU more than first needs: that one is second's
+    assert victims(2) == ["s0"]  # one left over, one more to free (the cheapest: by id at a tie)

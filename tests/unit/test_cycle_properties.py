@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -392,7 +393,9 @@ def reclaims(draw: st.DrawFn) -> Reclaim:
 def test_reclaim_across_cycles_evicts_what_was_borrowed_and_no_more(w: Reclaim) -> None:
     """A shell's loop: victims take cycles to stop (their queue's usage must not count them as
     still borrowed meanwhile) and preemptors wait for the room (their queue's must count it).
-    The borrower loses at most what it borrowed, and the owner ends with its guarantee."""
+    The borrower loses at most what it borrowed, and the owner ends with its guarantee.
+    Preemptors share nodes (several may wait on one), and what they hold on a node is always
+    there for them: free, or freed by a victim on its way out."""
     cluster = ClusterState([node(f"n{i}", cpu=64_000, mem=256_000, gpus=g) for i, g in enumerate(w.gpus)])
     total = sum(w.gpus)
     red_guarantee = total - w.blue_guarantee
@@ -445,6 +448,10 @@ def test_reclaim_across_cycles_evicts_what_was_borrowed_and_no_more(w: Reclaim) 
                 cluster.place(p.node, p.task, p.gpus)
             runs[job_id] = Running(pending.pop(job_id), tuple(placements), now)
         reservations = dict(result.reservations)
+        promised = Counter(n for r in reservations.values() if r.preemption for n in r.nodes)
+        for n, holders in promised.items():  # 1-GPU preemptors: one GPU each on their one node
+            out = sum(1 for r in runs.values() if r.leaving for p in r.placements if p.node == n)
+            assert holders <= int((cluster.gpu_free[n] == 1000).sum()) + out, (n, holders, out)
         now += 5.0
     assert evicted["red"] <= total - red_guarantee, evicted  # red borrowed the blue guarantee
     assert evicted["blue"] == 0, evicted  # and never took anything back

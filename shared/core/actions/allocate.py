@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 
 import numpy as np
 
@@ -46,11 +47,15 @@ def run(ctx: CycleContext) -> None:
         (r for r in ctx.reservations.values() if r.job in ctx.pending_by_id),
         key=lambda r: (not r.preemption, r.since, r.job),
     )
+    claims = Counter(n for r in holders if r.preemption for n in r.nodes)
     for r in holders:
         job = ctx.pending_by_id[r.job]
         if ctx.actionable(job) and ctx.within_max(job, job.fewest):
-            # open_to: its own nodes and unreserved ones, never another preemptor's freed room.
-            placements, _ = place_replicas(ctx, job, job.fewest, job.replicas, ctx.open_to(job))
+            # open_to: its own nodes and unreserved ones, never a node only others hold.  On a
+            # node it shares with other preemptors it takes its fewest replicas, what it
+            # claimed there; an elastic job grows later into room no one waits for.
+            most = job.fewest if any(claims[n] > 1 for n in r.nodes) else job.replicas
+            placements, _ = place_replicas(ctx, job, job.fewest, most, ctx.open_to(job))
             if placements:
                 ctx.record_place(job, placements)
     heap: list[tuple[float, str]] = [(ctx.share(q), q) for q, jobs in ctx.ordered.items() if jobs]

@@ -90,6 +90,10 @@ class CycleContext:
     counted: dict[str, int] = field(default_factory=dict)
     """Pending jobs already counted in their queue's usage, and for how many replicas: each
     preemptor holding its victims' room (``count_held``)."""
+    going: dict[str, int] = field(default_factory=dict)
+    """Running jobs with tasks on their way out (evicted, shrunk), and how many: the
+    highest-numbered ones, as a shrink takes them.  The room they free is promised to the
+    preemptors that asked for it (``preempt.stacked_room``)."""
 
     def __post_init__(self) -> None:
         self.cluster = self.snapshot.cluster.copy()
@@ -125,6 +129,7 @@ class CycleContext:
         """``replicas`` of the job's tasks are on their way out: they leave its queue's usage
         and stay in what its max counts until they stop."""
         self.add_usage(job, replicas, -1.0)
+        self.going[job.id] = self.going.get(job.id, 0) + replicas
         q = self.queue_of(job)
         if q:
             _add(self.leaving, q, job, replicas)
