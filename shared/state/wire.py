@@ -63,8 +63,9 @@ one planned under a tree since replaced is planned again under the new one."""
 
 RESERVATIONS_STREAM = "reservations"
 """A copy of every ``JobReserved``: each expects the version its worker read, so two workers that
-each saw a node unreserved cannot both reserve it (reservations never overlap: two gangs holding
-halves of each other's room is Volcano #5805).  Releases only free room and are not copied."""
+each saw a node unreserved cannot both reserve it (two gangs holding halves of each other's room
+is Volcano #5805), and a preemptor that shares a node with another planned on the other's claim.
+Releases only free room and are not copied."""
 
 
 def quota_stream(queue: str) -> str:

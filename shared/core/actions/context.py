@@ -92,8 +92,14 @@ class CycleContext:
     preemptor holding its victims' room (``count_held``)."""
     going: dict[str, int] = field(default_factory=dict)
     """Running jobs with tasks on their way out (evicted, shrunk), and how many: the
-    highest-numbered ones, as a shrink takes them.  The room they free is promised to the
-    preemptors that asked for it (``preempt.stacked_room``)."""
+    highest-numbered ones, as a shrink takes them."""
+    leaving_at: dict[int, list[Placement]] = field(default_factory=dict)
+    """Per node, the tasks there on their way out: the room they free is promised to the
+    preemptors that asked for it (``stacking.py``)."""
+    shared_room: object | None = None  # stacking.SharedRoom, built when a preemptor first needs it
+    changed_holds: set[int] = field(default_factory=set)
+    """Nodes whose reservations, tasks on their way out or placements changed since
+    ``shared_room`` was worked out."""
 
     def __post_init__(self) -> None:
         self.cluster = self.snapshot.cluster.copy()
@@ -129,7 +135,14 @@ class CycleContext:
         """``replicas`` of the job's tasks are on their way out: they leave its queue's usage
         and stay in what its max counts until they stop."""
         self.add_usage(job, replicas, -1.0)
-        self.going[job.id] = self.going.get(job.id, 0) + replicas
+        before = self.going.get(job.id, 0)
+        self.going[job.id] = before + replicas
+        r = self.running_by_id.get(job.id)
+        if r is not None:  # the highest-numbered tasks not yet leaving
+            top = r.replicas - before
+            for p in r.placements[max(0, top - replicas) : top]:
+                self.leaving_at.setdefault(p.node, []).append(p)
+                self.changed_holds.add(p.node)
         q = self.queue_of(job)
         if q:
             _add(self.leaving, q, job, replicas)
@@ -230,7 +243,7 @@ class CycleContext:
 
     def reserved_mask(self) -> BoolArray:
         """Nodes held for blocked jobs as they free up, a preemption's nodes included: room there
-        that its victims free (or that was free already) is its preemptor's alone, as Kubernetes
+        that its victims free (or that was free already) is its preemptors' alone, as Kubernetes
         counts a nominated pod on its node.  Letting others take the part already free starved
         8-GPU preemptors live (bench_preemption: 16 of 200 never started, their nodes' first
         freed GPUs taken by 1-GPU jobs)."""
@@ -282,10 +295,17 @@ class CycleContext:
             return None
         return self.open_to(job)
 
+    def leaving_on(self, node: int) -> list[Placement]:
+        """The tasks on ``node`` on their way out."""
+        return self.leaving_at.get(node, [])
+
     def hold(self, reservation: Reservation) -> None:
         known = self.reservations.get(reservation.job)
         self.reservations[reservation.job] = reservation
         self._rebuild_reserved()
+        self.changed_holds.update(reservation.nodes)
+        if known is not None:
+            self.changed_holds.update(known.nodes)
         if known != reservation:
             # One Reserve per job and cycle, the last: a reservation made earlier in this cycle
             # and replaced now (a blocked job that reserved in allocate, then found victims) was
@@ -304,6 +324,7 @@ class CycleContext:
         found = self.reservations.pop(job, None)
         if found is not None:
             self._rebuild_reserved()
+            self.changed_holds.update(found.nodes)
             self.reservations_full = False
             held = self.counted.pop(job, 0)
             if held:
@@ -356,6 +377,7 @@ class CycleContext:
     def record_place(self, job: Job, placements: list[Placement]) -> None:
         self.placed[job.id] = placements
         self.touched.update(p.node for p in placements)
+        self.changed_holds.update(p.node for p in placements)
         self.intents.append(Place(job.id, tuple(placements)))
         if self.release is not None:  # the new tasks hold room until their expected end
             end = self.placed_until(job.id)

@@ -29,7 +29,8 @@
    more than the preemptor's wait costs, both as dominant-share-seconds: a job's largest share
    of the cluster's GPUs, CPUs or memory, times seconds (:func:`_worth_it`).
 6. The victims' evictions and J's reservation of the nodes (``preemption``: it starts as soon as
-   they are gone) are the intents; nothing is placed yet.  Victims' usage leaves their queues at
+   they are gone) are the intents; nothing is placed yet.  Nodes other preemptors hold stay open
+   to J for what is left after their claims (``stacking.py``).  Victims' usage leaves their queues at
    once and the preemptor's joins its own, so later preemptors in the same cycle see what is
    already being freed; later cycles count the same (enqueue: a job's tasks on their way out,
    ``Running.leaving``, are no longer its queue's; a preemptor holding its victims' room is).
@@ -48,6 +49,7 @@ import numpy.typing as npt
 from shared.core.actions import reserve
 from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.actions.reserve import fit_count
+from shared.core.actions.stacking import stacked_room, take
 from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.cycle import Preempt, Resize, Snapshot
 from shared.core.fragmentation import FloatArray
@@ -402,7 +404,7 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
     task_ok = ok[idx.job]
     # Free state as victims (virtually) leave; nothing in the cluster copy changes.
     cpu_free, mem_free, gpu_free = c.cpu_free.copy(), c.mem_free.copy(), c.gpu_free.copy()
-    shared = stacked_room(ctx, idx, cpu_free, mem_free, gpu_free)
+    shared = stacked_room(ctx, cpu_free, mem_free, gpu_free)
     allowed = (ctx.open_to(job) | shared) & cfg.profile.could_ever_fit(c, job.shape)
     chosen: dict[str, Unit] = {}
     nodes: list[int] = []
@@ -414,7 +416,7 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
         for u in units:
             chosen[u.job_id if not u.shrink else f"{u.job_id}#{u.task}"] = u
             _free(idx, u, cpu_free, mem_free, gpu_free)
-        _take(job, node, cpu_free, mem_free, gpu_free)
+        take(job, node, cpu_free, mem_free, gpu_free)
         nodes.append(node)
     if cfg.weigh_loss and not _worth_it(ctx, job, sum(u.lost_share_s for u in chosen.values())):
         return False
@@ -425,58 +427,6 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
 
     commit(ctx, job, chosen, tuple(sorted(set(nodes))), why)
     return True
-
-
-def stacked_room(
-    ctx: CycleContext, idx: VictimIndex, cpu_free: IntArray, mem_free: IntArray, gpu_free: IntArray
-) -> BoolArray:
-    """The nodes only preemptors hold, open to one more preemptor for what is left there; on
-    them the free arrays become what a newcomer may count on: the room free now, plus what
-    tasks on their way out free, less what each holder claims (in the order they reserved).
-
-    A preemption reservation used to close its node to every other preemptor, so a queue
-    reclaiming many 1-GPU jobs got one eviction per node per round, a round lasting as long
-    as the victims take to stop (16 GPUs on 4 nodes: 4 rounds, 2 minutes at a 30 s grace).
-    Kubernetes lets several nominated pods share a node the same way, each counting the room
-    the pods nominated before it will take.  A reservation does not say how many of its
-    replicas go to each of its nodes, so a holder claims on every one of them as many as fit
-    there (up to its fewest): more than it will take when its replicas span nodes, never less.
-    A node whose claims no longer fit (its room went elsewhere) is not offered."""
-    n = ctx.cluster.size
-    shared = np.zeros(n, dtype=np.bool_)
-    holders: dict[int, list[Job]] = {}
-    closed: set[int] = set()
-    for held in sorted(ctx.reservations.values(), key=lambda h: (h.since, h.job)):
-        for node in held.nodes:
-            if not held.preemption:
-                closed.add(node)
-            elif 0 <= node < n:
-                holders.setdefault(node, []).append(ctx.pending_by_id[held.job])
-    c = ctx.cluster
-    for node, jobs in holders.items():
-        if node in closed or not c.schedulable[node]:
-            continue
-        for row in idx.rows_on(node).tolist():
-            r = idx.running[int(idx.job[row])]
-            if int(idx.task[row]) >= r.replicas - ctx.going.get(r.job.id, 0):
-                p = idx.placement(row)
-                cpu_free[node] += p.task.cpu_milli
-                mem_free[node] += p.task.memory_mib
-                for g in p.gpus:
-                    gpu_free[node, g] += p.task.gpu_milli
-        cap = (int(c.cpu_cap[node]), int(c.mem_cap[node]), c.gpu_cap[node].tolist())
-        claimed = True
-        for holder in jobs:
-            for _ in range(min(holder.fewest, fit_count(*cap, holder.shape))):
-                left = (int(cpu_free[node]), int(mem_free[node]), gpu_free[node].tolist())
-                claimed = fit_count(*left, holder.shape) >= 1
-                if not claimed:
-                    break
-                _take(holder, node, cpu_free, mem_free, gpu_free)
-            if not claimed:
-                break
-        shared[node] = claimed
-    return shared
 
 
 def _worth_it(ctx: CycleContext, job: Job, lost_share_s: float) -> bool:
@@ -684,20 +634,6 @@ def _free(idx: VictimIndex, u: Unit, cpu: IntArray, mem: IntArray, gpu: IntArray
         mem[p.node] += p.task.memory_mib
         for g in p.gpus:
             gpu[p.node, g] += p.task.gpu_milli
-
-
-def _take(job: Job, node: int, cpu: IntArray, mem: IntArray, gpu: IntArray) -> None:
-    """Take one replica's room on ``node`` in the virtual free state (best-fit GPU choice)."""
-    shape = job.shape
-    cpu[node] -= shape.cpu_milli
-    mem[node] -= shape.memory_mib
-    row = gpu[node]
-    if shape.is_shared:
-        fits = np.where(row >= shape.gpu_milli, row, np.iinfo(np.int64).max)
-        row[int(np.argmin(fits))] -= shape.gpu_milli
-    elif shape.num_gpu:
-        free = np.flatnonzero(row == 1000)[: shape.num_gpu]
-        row[free] = 0
 
 
 def release_nodes(ctx: CycleContext, nodes: set[int], idx: VictimIndex) -> None:

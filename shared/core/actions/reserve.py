@@ -3,8 +3,9 @@
 For a blocked job, each node that could ever hold a replica is replayed forward in time: its
 running tasks end at their expected ends (start plus the estimator's run time), and after each
 end we count how many replicas now fit.  Every such moment is a *slot*; the job's reservation is
-the ``fewest`` earliest slots, on nodes no other reservation holds (reservations never overlap,
-so two blocked gangs can never hold halves of each other's room: Volcano #5805).  Its expected
+the ``fewest`` earliest slots, on nodes no other reservation holds (these never overlap, so two
+blocked gangs can never hold halves of each other's room: Volcano #5805; only preemptors may
+share a node, ``preempt.stacked_room``).  Its expected
 start is the last of those slots; backfill may use the held nodes only for jobs expected to end
 by then.
 
