@@ -186,6 +186,12 @@ class CycleConfig:
     jobs are weighed as GPU jobs are; reclaim within a guarantee is never weighed."""
     max_preemptions: int = 3
     """A job preempted this often is not evicted again (no preemption loops)."""
+    share_preempted_nodes: bool = True
+    """Several preemptors may wait on one node, each counting only the room left after those
+    before it (``actions/stacking.py``); off, a preemption reservation closes its node to every
+    other preemptor, and reclaiming many small jobs takes one eviction per node per round.  Off
+    for the baselines: ``las`` with it measured a higher JCT on Philly (86 h against 80 h,
+    median of five draws), and the comparison keeps the stronger baseline."""
     max_preemptors: int = 16
     max_jobs: int | None = None
     """Jobs placed per cycle at most (None: no limit)."""

@@ -51,6 +51,7 @@ _OFF = {
     "consolidate": False,
     "reservations_yield": False,
     "spare_scarce_homes": False,
+    "share_preempted_nodes": False,
 }
 
 POLICIES: dict[str, Callable[[Profile], CycleConfig]] = {

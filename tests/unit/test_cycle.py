@@ -848,6 +848,9 @@ def test_reclaim_for_many_small_jobs_evicts_on_one_node_for_several_preemptors_a
     stay = [running(c2, r.job, [(p.node, p.gpus) for p in r.placements]) for r in kept]
     after = cycle(Snapshot(c2, blues, stay, queues=tree, reservations=held), now=5001.0)
     assert sorted(after.placed) == sorted(b.id for b in blues) and not after.of(Preempt)
+    # The baselines keep one preemptor per node: four evictions a round.
+    alone = CycleConfig(profile(), share_preempted_nodes=False)
+    assert len(cycle(Snapshot(c, blues, reds, queues=tree), alone, now=5000.0).of(Preempt)) == 4
 
 
 def test_a_preemptor_sharing_a_node_counts_only_the_room_its_own_victims_free() -> None:

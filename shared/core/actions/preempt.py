@@ -404,8 +404,10 @@ def preempt_for(ctx: CycleContext, job: Job) -> bool:
     task_ok = ok[idx.job]
     # Free state as victims (virtually) leave; nothing in the cluster copy changes.
     cpu_free, mem_free, gpu_free = c.cpu_free.copy(), c.mem_free.copy(), c.gpu_free.copy()
-    shared = stacked_room(ctx, cpu_free, mem_free, gpu_free)
-    allowed = (ctx.open_to(job) | shared) & cfg.profile.could_ever_fit(c, job.shape)
+    allowed = ctx.open_to(job)
+    if cfg.share_preempted_nodes:
+        allowed = allowed | stacked_room(ctx, cpu_free, mem_free, gpu_free)
+    allowed = allowed & cfg.profile.could_ever_fit(c, job.shape)
     chosen: dict[str, Unit] = {}
     nodes: list[int] = []
     for _ in range(job.fewest):
