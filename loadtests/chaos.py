@@ -268,6 +268,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, ob
                 "elastic_placed": mix.elastic,
                 "placements_under_a_max": mix.max_checked,
                 "reservations": mix.reservations,
+                "shared_by_preemptors": mix.shared_by_preemptors,
                 "evictions": sum(1 for e in events if e.type == "JobPreempted"),
                 "shrinks": sum(1 for e in events if e.type == "JobResized"),
                 "trees_applied": sum(1 for e in events if e.type == "QueuesApplied"),

@@ -119,21 +119,26 @@ class MixCounts:
     max_checked: int = 0  # placements and grows into a queue under a max
     reserved_twice: int = 0
     reservations: int = 0
+    shared_by_preemptors: int = 0  # preemption reservations made on a node another preemptor held
 
 
-def _held_by_others(view: ClusterView, job_id: str, data: Mapping[str, object]) -> bool:
+def _held_by_others(view: ClusterView, job_id: str, data: Mapping[str, object]) -> tuple[bool, bool]:
     """Whether a waiting job other than ``job_id`` holds a reservation on one of the nodes of
-    the reservation ``data``; two preemptors may share a node."""
+    the reservation ``data``, where that is a fault (not two preemptors) and where it is two
+    preemptors sharing a node."""
     nodes = data["nodes"]
     assert isinstance(nodes, list)
     wanted, preempting = set(nodes), bool(data.get("preemption", False))
+    fault = shared = False
     for other in view.pending_ids():
         held = view.jobs[other].reservation
         if other == job_id or held is None or not wanted & set(held["nodes"]):
             continue
-        if not (preempting and held.get("preemption", False)):
-            return True
-    return False
+        if preempting and held.get("preemption", False):
+            shared = True
+        else:
+            fault = True
+    return fault, shared
 
 
 def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
@@ -146,7 +151,9 @@ def mix_faults(events: Iterable[RecordedEvent]) -> MixCounts:
     for e in events:
         if e.type == "JobReserved" and e.stream.startswith("job-"):
             counts.reservations += 1
-            counts.reserved_twice += _held_by_others(view, e.stream.removeprefix("job-"), e.data)
+            fault, shared = _held_by_others(view, e.stream.removeprefix("job-"), e.data)
+            counts.reserved_twice += fault
+            counts.shared_by_preemptors += shared
         view.apply(e)
         if e.type == "QueuesApplied" and view.queues is not None:
             limits = queue_tree(view.queues)

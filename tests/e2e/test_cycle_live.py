@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtests.chaos_mix import mix_faults
 from loadtests.live_stack import LiveStack, log_of
 from schemas import JobSpec
 from schemas.queues import QueueTreeSpec
@@ -180,6 +181,9 @@ async def test_reclaim_evicts_what_was_borrowed_and_no_more(live: LiveStack, tmp
     assert sorted(e.stream.split("-")[1] for e in asked) == ["red"] * 16, [e.stream for e in asked]
     assert {e.data["reason"] for e in asked} == {"reclaim"}
     assert use == {"red": 16, "blue": 16}, use
+    # More blue preemptors than nodes waited at once: they shared nodes (before, each held a node
+    # of its own, and reclaim took one eviction per node per round).
+    assert mix_faults(events).shared_by_preemptors > 0
 
 
 async def test_a_large_job_raised_by_its_queue_evicts_another_queues_work_after_preempt_after(

@@ -131,4 +131,4 @@ def test_a_reservation_on_a_node_another_waiting_job_holds_is_counted() -> None:
     _admit(log, "r", "prod", replicas=2, gang={"min-member": 2})
     log.add("job-r", JobReserved(job_id="r", nodes=["n"], expected_start=0.0, timeout_at=60.0))  # twice
     counts = mix_faults(log)
-    assert (counts.reserved_twice, counts.reservations) == (2, 6)
+    assert (counts.reserved_twice, counts.reservations, counts.shared_by_preemptors) == (2, 6, 1)
