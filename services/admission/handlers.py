@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from schemas.events import CancelRequested, JobAdmitted, JobCancelled, JobRejected
 from schemas.job import JobSpec
 from shared.core.cluster import ClusterState
-from shared.core.queues import DIMENSIONS, QueueTree, demand_of
+from shared.core.queues import QueueTree, demand_of
 from shared.core.registry import default_filters
 from shared.core.task import TaskShape
 from shared.eventstore import ANY_VERSION, NO_STREAM, NewEvent
@@ -66,16 +66,13 @@ class QueuePolicy:
         if name is not None:
             where = "" if name == spec.queue else f" (queue {name!r}, above it, does not allow it)"
             return "forbidden", f"tenant {spec.tenant!r} may not use queue {spec.queue!r}{where}"
-        need = demand_of(task_shape(spec), spec.min_replicas)
-        for name in tree.ancestors(spec.queue):
-            cap = tree.specs[name].max
-            over = [d for d, n, c in zip(DIMENSIONS, need, cap, strict=True) if n > c]
-            if over:
-                return "over-quota", (
-                    f"{spec.min_replicas} replica(s) need more {', '.join(over)} than queue {name!r} "
-                    "may ever "
-                    f"hold (its max): the job could never run"
-                )
+        passed = tree.max_passed_alone(spec.queue, demand_of(task_shape(spec), spec.min_replicas))
+        if passed is not None:
+            name, over = passed
+            return "over-quota", (
+                f"{spec.min_replicas} replica(s) need more {', '.join(over)} than queue {name!r} "
+                "may ever hold (its max): the job could never run"
+            )
         return None
 
     def promoted_class(self, spec: JobSpec) -> str | None:

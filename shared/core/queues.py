@@ -182,6 +182,18 @@ class QueueTree:
             for q in self.specs
         }
 
+    def max_passed_alone(self, name: str, need: FloatArray) -> tuple[str, tuple[str, ...]] | None:
+        """The nearest of ``name`` and the queues above it whose ``max`` ``need`` alone exceeds,
+        with the dimensions it exceeds; None where every max holds it.  Admission rejects such a
+        job (``over-quota``); a job admitted before a tree lowered the max waits for a new tree."""
+        for q in self.limiting(name):
+            over = tuple(
+                d for d, n, c in zip(DIMENSIONS, need, self.specs[q].max, strict=True) if n > c + 1e-9
+            )
+            if over:
+                return q, over
+        return None
+
     def ancestors(self, name: str) -> list[str]:
         """``name`` and every queue above it, nearest first (the root excluded)."""
         out = []

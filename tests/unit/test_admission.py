@@ -192,6 +192,7 @@ async def test_an_applied_queue_tree_decides_queues_rights_and_quotas() -> None:
     }
     reasons = {e.stream: e.data["reason"] for e in written if e.type == "JobRejected"}
     assert "'small'" in reasons["rejected-greedy"] and "small" in reasons["rejected-parent"]
+    assert "need more gpu than queue 'small'" in reasons["rejected-greedy"]  # the dimension named
     assert "queue 'org', above it, does not allow it" in reasons["rejected-stranger"]
     assert [e.stream for e in written if e.type == "QueuesApplied"] == ["queues"]
 

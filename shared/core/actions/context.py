@@ -157,32 +157,30 @@ class CycleContext:
 
     def within_max(self, job: Job, replicas: int) -> bool:
         """Whether ``replicas`` more tasks keep the job's queue and its ancestors within ``max``."""
-        return self._over_max(job, replicas, with_usage=True) is None
+        return self._over_max(job, replicas) is None
 
     def above_max_alone(self, job: Job, replicas: int) -> str | None:
         """The queue (its own or an ancestor) whose ``max`` ``replicas`` tasks of the job exceed
         even with nothing else running: a tree applied after the job was admitted lowered it, so
         the job waits for a tree that raises it, not for room."""
-        return self._over_max(job, replicas, with_usage=False)
+        passed = self.queues.max_passed_alone(self.queue_of(job), demand_of(job.shape, replicas))
+        return None if passed is None else passed[0]
 
-    def _over_max(self, job: Job, replicas: int, with_usage: bool) -> str | None:
+    def _over_max(self, job: Job, replicas: int) -> str | None:
         """The nearest of the job's queue and its ancestors that ``replicas`` more tasks take past
-        its ``max`` (counting what the queues hold, or not), else None."""
+        its ``max``, counting what the queues hold, else None."""
         limits = self.queues.limiting(self.queue_of(job))
         if not limits:
             return None
-        if with_usage:  # a preemptor's held replicas are in the usage already
-            replicas = max(0, replicas - self.counted.get(job.id, 0))
+        replicas = max(0, replicas - self.counted.get(job.id, 0))  # a preemptor's held: in the usage
         extra = demand_of(job.shape, replicas)
-        totals = None
-        if with_usage:  # what the queues' tasks hold: their usage and their tasks on the way out
-            held = {k: np.array(v) for k, v in self.usage.items()}
-            for k, v in self.leaving.items():
-                held[k] = held[k] + np.array(v) if k in held else np.array(v)
-            totals = self.queues.subtree_totals(held)
+        # What the queues' tasks hold: their usage and their tasks on the way out.
+        held = {k: np.array(v) for k, v in self.usage.items()}
+        for k, v in self.leaving.items():
+            held[k] = held[k] + np.array(v) if k in held else np.array(v)
+        totals = self.queues.subtree_totals(held)
         for name in limits:  # a queue without a max never is the one passed
-            need = extra if totals is None else totals[name] + extra
-            if bool((need > self.queues.specs[name].max + 1e-9).any()):
+            if bool((totals[name] + extra > self.queues.specs[name].max + 1e-9).any()):
                 return name
         return None
 
