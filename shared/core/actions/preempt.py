@@ -49,7 +49,7 @@ import numpy.typing as npt
 from shared.core.actions import reserve
 from shared.core.actions.context import CycleContext, ReleaseRow, release_row
 from shared.core.actions.reserve import fit_count
-from shared.core.actions.stacking import stacked_room, take
+from shared.core.actions.stacking import freed, stacked_room, take
 from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.cycle import Preempt, Resize, Snapshot
 from shared.core.fragmentation import FloatArray
@@ -551,11 +551,7 @@ def _units_until_fit(
             if u.shrink:
                 shrunk.add(u.job_id)
             for row in _rows_of(idx, u, node):
-                p = idx.placement(row)
-                c += p.task.cpu_milli
-                m += p.task.memory_mib
-                for i in p.gpus:
-                    g[i] += p.task.gpu_milli
+                c, m, g = freed((c, m, g), idx.placement(row))
             fit = fit_count(c, m, g, shape) >= 1
         if fit:
             return taken, sum(g) - shape.total_gpu_milli

@@ -27,7 +27,7 @@ import numpy as np
 
 from shared.core.actions.context import CycleContext
 from shared.core.actions.reserve import fit_count
-from shared.core.cluster import BoolArray, IntArray
+from shared.core.cluster import BoolArray, IntArray, Placement
 from shared.core.jobs import Job
 
 Room = tuple[int, int, list[int]]
@@ -46,6 +46,14 @@ def take(job: Job, node: int, cpu: IntArray, mem: IntArray, gpu: IntArray) -> No
     elif shape.num_gpu:
         free = np.flatnonzero(row == 1000)[: shape.num_gpu]
         row[free] = 0
+
+
+def freed(room: Room, p: Placement) -> Room:
+    """``room`` with what the task ``p`` holds given back (its per-GPU list is updated in place)."""
+    cpu, mem, gpus = room
+    for g in p.gpus:
+        gpus[g] += p.task.gpu_milli
+    return cpu + p.task.cpu_milli, mem + p.task.memory_mib, gpus
 
 
 def _take_room(job: Job, room: Room) -> Room | None:
@@ -77,7 +85,9 @@ class SharedRoom:
                     closed.add(node)
                 else:
                     holders.setdefault(node, []).append(ctx.pending_by_id[held.job])
-        for node in self.left.keys() if nodes is None else nodes:
+        if nodes is None:
+            self.left.clear()
+        for node in nodes or ():
             self.left.pop(node, None)
         c = ctx.cluster
         for node, jobs in holders.items():
@@ -99,15 +109,11 @@ class SharedRoom:
 
 def _left_on(ctx: CycleContext, node: int, holders: list[Job]) -> Room | None:
     c = ctx.cluster
-    cpu, mem = int(c.cpu_free[node]), int(c.mem_free[node])
-    gpus = c.gpu_free[node].tolist()
+    free: Room = (int(c.cpu_free[node]), int(c.mem_free[node]), c.gpu_free[node].tolist())
     for p in ctx.leaving_on(node):
-        cpu += p.task.cpu_milli
-        mem += p.task.memory_mib
-        for g in p.gpus:
-            gpus[g] += p.task.gpu_milli
+        free = freed(free, p)
     cap = (int(c.cpu_cap[node]), int(c.mem_cap[node]), c.gpu_cap[node].tolist())
-    room: Room | None = (cpu, mem, gpus)
+    room: Room | None = free
     for holder in holders:
         for _ in range(min(holder.fewest, fit_count(*cap, holder.shape))):
             if room is None:
