@@ -872,3 +872,23 @@ def test_a_preemptor_sharing_a_node_counts_only_the_room_its_own_victims_free() 
 
     assert victims(1) == []  # big frees one GPU more than first needs: that one is second's
     assert victims(2) == ["s0"]  # one left over, one more to free (the cheapest: by id at a tie)
+
+
+def test_a_reservation_holder_searches_for_victims_even_after_a_sibling_without_one_failed() -> None:
+    """The victim search skips a job whose twin (queue, priority, shape, starvation) found none
+    earlier in the cycle, but not a job that holds a reservation: its own nodes are open to it
+    alone.  (On Philly a 32-GPU gang draining its reserved nodes was skipped this way for
+    12 days behind siblings that had no such nodes.)"""
+    c = cluster(node("a", gpus=2), node("b", gpus=2))
+    hold = [
+        running(c, job("low", gpus=2, priority=-100, checkpointable=True), [(0, (0, 1))]),
+        running(c, job("peer", gpus=2, priority=100), [(1, (0, 1))]),
+    ]
+    first = job("first", gpus=2, priority=100, submitted=0.0)  # older: searched first
+    holder = job("holder", gpus=2, priority=100, submitted=10.0)
+    held = {"holder": Reservation("holder", (0,), since=20.0, expected_start=9000.0, timeout_at=20000.0)}
+    result = cycle(Snapshot(c, [first, holder], hold, reservations=held), now=5000.0)
+    # "first" may use node b only, where its peer runs at its own priority: nothing to evict.
+    # "holder" evicts the best-effort job on the node held for it.
+    assert [(p.victim, p.by) for p in result.of(Preempt)] == [("low", "holder")]
+    assert result.reservations["holder"].preemption

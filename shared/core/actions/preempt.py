@@ -274,8 +274,12 @@ def run(ctx: CycleContext) -> None:
         return
     tried = 0
     # Victims only get fewer as a cycle goes on, so a preemptor that found none stands for every
-    # later one with the same queue, priority, shape and at least as many replicas.
-    failed: dict[tuple[str, int, object], int] = {}
+    # later one with the same queue, priority, shape, starvation and at least as many replicas.
+    # Not for a job that holds a reservation: its own nodes are open to it alone, so a sibling's
+    # failure says nothing of it (a gang draining its reserved nodes was skipped for days behind
+    # siblings that had no such nodes), and its failure says nothing of theirs (its wait is
+    # weighed against its own slot).
+    failed: dict[tuple[str, int, object, bool], int] = {}
     floor = ctx.lowest
     may: dict[tuple[str, int, object, int, bool], bool] = {}  # _may_preempt, until a preemption commits
     for job in list(ctx.blocked):
@@ -288,11 +292,11 @@ def run(ctx: CycleContext) -> None:
         held = ctx.reservations.get(job.id)
         if held is not None and held.preemption:
             continue  # its victims are on their way out
-        key = (job.queue, job.priority, job.shape)
-        if key in failed and job.fewest >= failed[key]:
-            continue
         at = ctx.queues.preempt_at(job.queue, job.since)
         starving = at is not None and ctx.now >= at
+        key = (job.queue, job.priority, job.shape, starving)
+        if held is None and key in failed and job.fewest >= failed[key]:
+            continue
         gate = (job.queue, job.priority, job.shape, job.fewest, starving)
         allowed = may.get(gate)
         if allowed is None or ctx.config.order.preemptive:
@@ -302,7 +306,7 @@ def run(ctx: CycleContext) -> None:
         tried += 1
         if preempt_for(ctx, job):
             may.clear()  # shares moved
-        else:
+        elif held is None:
             failed[key] = min(job.fewest, failed.get(key, job.fewest))
 
 
