@@ -292,8 +292,8 @@ def run(ctx: CycleContext) -> None:
         held = ctx.reservations.get(job.id)
         if held is not None and held.preemption:
             continue  # its victims are on their way out
-        at = ctx.queues.preempt_at(job.queue, job.since)
-        starving = at is not None and ctx.now >= at
+        at = ctx.queues.preempt_at(job.queue, job.since) if cfg.preempt else None
+        starving = at is not None and ctx.now >= at  # only the priority rule reads it
         key = (job.queue, job.priority, job.shape, starving)
         if held is None and key in failed and job.fewest >= failed[key]:
             continue
