@@ -877,8 +877,7 @@ def test_a_preemptor_sharing_a_node_counts_only_the_room_its_own_victims_free() 
 def test_a_reservation_holder_searches_for_victims_even_after_a_sibling_without_one_failed() -> None:
     """The victim search skips a job whose twin (queue, priority, shape, starvation) found none
     earlier in the cycle, but not a job that holds a reservation: its own nodes are open to it
-    alone.  (On Philly a 32-GPU gang draining its reserved nodes was skipped this way for
-    12 days behind siblings that had no such nodes.)"""
+    alone (found tracing a 32-GPU gang of Philly's large-jobs run, history.md)."""
     c = cluster(node("a", gpus=2), node("b", gpus=2))
     hold = [
         running(c, job("low", gpus=2, priority=-100, checkpointable=True), [(0, (0, 1))]),

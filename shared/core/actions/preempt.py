@@ -275,9 +275,8 @@ def run(ctx: CycleContext) -> None:
     tried = 0
     # Victims only get fewer as a cycle goes on, so a preemptor that found none stands for every
     # later one with the same queue, priority, shape, starvation and at least as many replicas.
-    # Not for a job that holds a reservation: its own nodes are open to it alone, so a sibling's
-    # failure says nothing of it (a gang draining its reserved nodes was skipped for days behind
-    # siblings that had no such nodes), and its failure says nothing of theirs (its wait is
+    # Not for a job that holds a reservation: its own nodes are open to it alone, so a twin's
+    # failure says nothing of it, and its failure says nothing of its twins' (its wait is
     # weighed against its own slot).
     failed: dict[tuple[str, int, object, bool], int] = {}
     floor = ctx.lowest
