@@ -186,6 +186,13 @@ class CycleConfig:
     jobs are weighed as GPU jobs are; reclaim within a guarantee is never weighed."""
     max_preemptions: int = 3
     """A job preempted this often is not evicted again (no preemption loops)."""
+    spread_evictions: bool = True
+    """Among victims that tie on everything the issue's order weighs (priority, work lost,
+    number of victims, fragmentation), take those evicted least so far.  A job evicted
+    ``max_preemptions`` times may not be evicted again, so its node is closed to any preemptor
+    that needs the whole node: on Philly with the large-jobs settings such jobs sat on 24 of the
+    26 nodes, and gangs of 16-32 GPUs found no victims for weeks
+    (docs/results/timeline/history.md, twenty-seventh stop).  Off for the baselines."""
     share_preempted_nodes: bool = True
     """Several preemptors may wait on one node, each counting only the room left after those
     before it (``actions/stacking.py``); off, a preemption reservation closes its node to every

@@ -52,6 +52,7 @@ _OFF = {
     "reservations_yield": False,
     "spare_scarce_homes": False,
     "share_preempted_nodes": False,
+    "spread_evictions": False,
 }
 
 POLICIES: dict[str, Callable[[Profile], CycleConfig]] = {

@@ -363,6 +363,22 @@ def test_a_job_preempted_its_maximum_times_is_not_evicted_again() -> None:
     assert not cycle(Snapshot(c, [job("high", priority=100)], worn), now=5000.0).of(Preempt)
 
 
+def test_among_equally_cheap_victims_those_evicted_least_so_far_go_first() -> None:
+    """``spread_evictions``: a job evicted its maximum times pins its node against every later
+    preemptor, so at a tie the eviction goes to the job with fewer behind it, on a node and
+    between nodes.  Off (as for the baselines), the tie goes by job id and node order."""
+    on, off = CycleConfig(profile()), CycleConfig(profile(), spread_evictions=False)
+    high = job("high", priority=100)
+    for c in (cluster(node("a", gpus=2)), cluster(node("a", gpus=1), node("b", gpus=1))):
+        slots = [(0, (0,)), (0, (1,))] if c.size == 1 else [(0, (0,)), (1, (0,))]
+        worn = job("a-twice", priority=-100, checkpointable=True, preemptions=2)
+        fresh = job("b-never", priority=-100, checkpointable=True)
+        hold = [running(c, worn, [slots[0]]), running(c, fresh, [slots[1]])]
+        for config, victim in ((on, "b-never"), (off, "a-twice")):
+            result = cycle(Snapshot(c, [high], hold), config, now=5000.0)
+            assert [p.victim for p in result.of(Preempt)] == [victim]
+
+
 def test_across_queues_only_borrowed_capacity_is_reclaimed() -> None:
     c = cluster(node("a", gpus=4))
     tree = QueueTree([QueueSpec("owner", guarantee=vector(gpu=2000)), QueueSpec("borrower")])

@@ -19,10 +19,12 @@
    an elastic job above its minimum (a *shrink*: no work is lost).
 4. For each replica of J, every node that could hold it once its eligible units left is
    scored by the units it needs, chosen cheapest first: (highest victim priority, GPU-seconds
-   lost, number of victim jobs, whole evictions, GPU left over on the node); the lowest wins
-   (the issue's order: priority, work lost since the last checkpoint, victims, fragmentation;
-   at a tie a shrink beats an eviction, which matters for CPU jobs, whose GPU-seconds lost are
-   always 0).  A job is either shrunk or evicted, never both at once.  A checkpointable
+   lost, number of victim jobs, whole evictions, GPU left over on the node, evictions the
+   victims already had); the lowest wins (the issue's order: priority, work lost since the last
+   checkpoint, victims, fragmentation; at a tie a shrink beats an eviction, which matters for
+   CPU jobs, whose GPU-seconds lost are always 0, and the victims evicted least so far go first,
+   ``spread_evictions``: a job at ``max_preemptions`` pins its node against every later
+   preemptor).  A job is either shrunk or evicted, never both at once.  A checkpointable
    victim checkpoints within its grace and loses only ``restart_overhead_s`` per GPU; any other
    loses everything since it started.
 5. Worth it (``weigh_loss``): the eviction goes ahead only if the work the victims lose is no
@@ -527,7 +529,13 @@ def _candidate_units(
         while top in tasks and top >= r.job.fewest:
             units[f"{r.job.id}#{top}"] = Unit(r, top, 0.0, r.job.priority)
             top -= 1
-    return sorted(units.values(), key=lambda u: (u.priority, u.lost_gpu_s, u.job_id, not u.shrink, -u.task))
+    spread = ctx.config.spread_evictions
+
+    def cheapest(u: Unit) -> tuple[float, float, int, str, bool, int]:
+        worn = u.running.job.preemptions if spread else 0
+        return (u.priority, u.lost_gpu_s, worn, u.job_id, not u.shrink, -u.task)
+
+    return sorted(units.values(), key=cheapest)
 
 
 def _units_until_fit(
@@ -601,7 +609,8 @@ def _best_node(
     np.minimum.at(low, idx.node[sel], idx.job_priority[idx.job[sel]])
     lost = np.bincount(idx.node[sel], weights=idx.task_lost(ctx)[sel], minlength=n)
     order = np.lexsort((lost[cand], low[cand]))
-    best: tuple[tuple[float, float, int, int, int], int, list[Unit]] | None = None
+    best: tuple[tuple[float, float, int, int, int, int], int, list[Unit]] | None = None
+    spread = ctx.config.spread_evictions
     for node in cand[order][:MAX_NODES_EXAMINED].tolist():
         cpu, mem, gpu = int(cpu_free[node]), int(mem_free[node]), gpu_free[node].tolist()
         if fit_count(cpu, mem, gpu, shape) >= 1:  # fits already: no victim needed here
@@ -619,6 +628,9 @@ def _best_node(
             len({u.job_id for u in taken}),  # victims: jobs touched (two shrinks of one job: one)
             sum(1 for u in taken if not u.shrink),  # at a tie, shrink rather than evict
             left,
+            # at a tie, the victims evicted least so far (spread_evictions): each job evicted
+            # max_preemptions times pins its node against every later preemptor
+            sum(u.running.job.preemptions for u in taken if not u.shrink) if spread else 0,
         )
         if best is None or cost < best[0]:
             best = (cost, node, taken)
