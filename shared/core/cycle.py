@@ -190,9 +190,10 @@ class CycleConfig:
     """Among victims that tie on everything the issue's order weighs (priority, work lost,
     number of victims, fragmentation), take those evicted least so far.  A job evicted
     ``max_preemptions`` times may not be evicted again, so its node is closed to any preemptor
-    that needs the whole node: on Philly with the large-jobs settings such jobs sat on 24 of the
-    26 nodes, and gangs of 16-32 GPUs found no victims for weeks
-    (docs/results/timeline/history.md, twenty-seventh stop).  Off for the baselines."""
+    that needs the whole node (on one Philly draw with the large-jobs settings such jobs sat on
+    24-25 of the 26 nodes for four weeks while gangs of 16-32 GPUs found no victims).  With the
+    large-jobs settings it halved the gangs' p95 wait; on Philly as defined it cost a tenth of the
+    8-GPU p95 (docs/results/timeline/history.md, twenty-seventh stop).  Off for the baselines."""
     share_preempted_nodes: bool = True
     """Several preemptors may wait on one node, each counting only the room left after those
     before it (``actions/stacking.py``); off, a preemption reservation closes its node to every
