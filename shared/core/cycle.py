@@ -204,8 +204,12 @@ class CycleConfig:
     max_jobs: int | None = None
     """Jobs placed per cycle at most (None: no limit)."""
     queue_depth: int | None = None
-    """Pending jobs a cycle looks at, at most, in its order (Slurm's ``default_queue_depth``):
-    bounds a cycle's cost when thousands wait; the rest wait for a later cycle (None: all)."""
+    """Pending jobs a cycle searches room for, at most, in its order (Slurm's
+    ``default_queue_depth``): bounds a cycle's cost when thousands wait; the rest wait for a
+    later cycle (None: all).  A job whose shape already failed in the cycle is decided without
+    a search and does not count: counted, the jobs of the queue furthest below its share that
+    could not fit spent the whole depth, and no other queue was looked at
+    (docs/results/timeline/history.md, twenty-eighth stop)."""
 
 
 # -- output --------------------------------------------------------------------------------------

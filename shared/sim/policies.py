@@ -39,9 +39,10 @@ from shared.core.plugins.order.priority_age import PriorityAge
 from shared.core.plugins.order.shortest import ShortestFirst
 
 QUEUE_DEPTH = 256
-"""Every policy looks at the first 256 jobs of its order per cycle (Slurm's default_queue_depth
-is 100): the same bound for all, so the comparison is fair, and a cycle's cost no longer grows
-with a queue of thousands."""
+"""Every policy searches room for at most 256 jobs of its order per cycle (Slurm's
+default_queue_depth is 100): the same bound for all, so the comparison is fair, and a cycle's
+cost no longer grows with a queue of thousands.  Jobs whose shape already failed in the cycle are
+decided without a search and not counted (``CycleConfig.queue_depth``)."""
 _OFF = {
     "reserve": False,
     "backfill": False,

@@ -107,6 +107,24 @@ def test_a_shape_that_failed_is_not_searched_again_in_the_same_cycle() -> None:
     assert searched == [4, 1, 1, 1, 1]
 
 
+def test_queue_depth_counts_searches_not_jobs_a_failed_shape_decided() -> None:
+    # One free GPU.  Queue "a" is first in DRF order (both hold nothing; ties go by name) and
+    # its three 2-GPU jobs cannot fit; "b"'s 1-GPU job can.  Counted, a's jobs spent a depth of
+    # 2 and "b" was never looked at; its second and third job cost no search.
+    c = cluster(node("n", gpus=4))
+    held = running(c, job("other", gpus=3, queue="c"), [(0, (0, 1, 2))])
+    jobs = [job(f"a{i}", gpus=2, queue="a", submitted=float(i)) for i in range(3)]
+    jobs.append(job("b0", queue="b", submitted=10.0))
+    config = CycleConfig(profile(), order=Fifo(), reserve=False, preempt=False, reclaim=False, queue_depth=2)
+    result = cycle(Snapshot(c, jobs, running=[held]), config)
+    assert [p.node for p in result.placed["b0"]] == [0]
+    assert {result.unschedulable[f"a{i}"].plugin for i in range(3)} == {"GpuFit"}
+    # The bound still holds for jobs that need a search: with a depth of 1, "b0" waits for it.
+    result = cycle(Snapshot(c, jobs, running=[held]), replace(config, queue_depth=1))
+    assert "b0" not in result.placed
+    assert result.unschedulable["b0"].plugin == "QueueDepth"
+
+
 def test_strict_fifo_starts_nothing_behind_a_job_that_does_not_fit() -> None:
     c = cluster(node("a", gpus=4))
     jobs = [job("head", gpus=8, submitted=0.0), job("small", submitted=1.0)]

@@ -17,6 +17,7 @@
    worker's job that has no room still takes EASY's slot (its worker reserves it).
 5. Once a shape failed with ``k`` replicas on the open nodes, later jobs of that shape with ``k``
    or more replicas fail the same way without a search: the copy only fills up during allocate.
+   ``queue_depth`` bounds the jobs searched, so such jobs do not count towards it.
 """
 
 from __future__ import annotations
@@ -84,13 +85,6 @@ def run(ctx: CycleContext) -> None:
 def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Status]]) -> None:
     if job.id in ctx.placed:
         return  # a reservation holder, placed in step 0
-    depth = ctx.config.queue_depth
-    if depth is not None:
-        ctx.considered += 1
-        if ctx.considered > depth:
-            ctx.stopped = DEPTH
-            ctx.unschedulable[job.id] = DEPTH
-            return
     known = failed.get(job.shape)
     if known is not None and job.fewest >= known[0] and job.id not in ctx.reservations:
         if ctx.actionable(job):
@@ -98,6 +92,15 @@ def _offer(ctx: CycleContext, job: Job, failed: dict[TaskShape, tuple[int, Statu
         elif ctx.config.reserve and not ctx.reservations_full:
             reserve.consider(ctx, job)  # another worker's: it may take EASY's slot
         return
+    # queue_depth counts the jobs searched, not those a failed shape already decided: counted,
+    # one queue's jobs that cannot fit spent the depth before any other queue had a turn.
+    depth = ctx.config.queue_depth
+    if depth is not None:
+        ctx.considered += 1
+        if ctx.considered > depth:
+            ctx.stopped = DEPTH
+            ctx.unschedulable[job.id] = DEPTH
+            return
     limit = ctx.config.max_jobs
     if not ctx.actionable(job):
         # Another worker's job is only tested for room, never placed here; without room it
