@@ -81,7 +81,7 @@ class CycleContext:
     """Per node, what holds room there and when it is expected to go (``reserve.release_index``)."""
     lowest: dict[str, int] = field(default_factory=dict)
     """The lowest priority running in each queue ("" for the whole cluster), from enqueue."""
-    considered: int = 0  # pending jobs allocate has looked at (queue_depth)
+    considered: int = 0  # pending jobs allocate has searched room for (queue_depth)
     reservations_full: bool = False  # max_reservations reached in this allocate
     slots_elsewhere: int = 0
     """Reservation slots due to blocked jobs of other workers (not actionable here) in this
